@@ -1,0 +1,179 @@
+"""vLLM scheduler subclasses that order prefills by a fairsched policy.
+
+vLLM's ``schedule()`` is wrapped, never copied. Per step:
+
+1. the running list is reordered in place: decodes first (their relative order kept), then
+   running partial prefills by policy key, best first;
+2. the plan (``policies.plan_prefill_caps``) gives each running partial prefill the tokens
+   the residual budget leaves it once every better-ranked candidate, waiting requests
+   included, has taken its share;
+3. vLLM's own ``schedule()`` runs; its per-request hook ``_reserve_prefill_lookahead``
+   returns ``min(n, cap)`` for running partial prefills (0 skips one for this step), and
+   the waiting queue, a heap on the same key, admits in policy order.
+
+Because vLLM's FCFS preemption takes ``running[-1]``, the victim under KV pressure is the
+lowest-ranked partial prefill, or, when none is running, the most recently admitted decode.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import vllm
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request
+
+from ..config import load_config
+from ..policies import RequestView, make_policy, plan_prefill_caps
+from .compat import check_scheduler_hooks, check_scheduler_state, check_vllm_version
+from .queue import PolicyRequestQueue
+
+# A child of "vllm": start-up lines appear in vLLM's own log stream and format.
+logger = logging.getLogger("vllm.fairsched")
+
+
+def request_view(request: Request) -> RequestView:
+    """The policy layer's copy of a vLLM request."""
+    return RequestView(
+        request_id=request.request_id,
+        arrival_time=request.arrival_time,
+        prompt_tokens=request.num_prompt_tokens,
+        computed_tokens=request.num_computed_tokens,
+        output_tokens=request.num_output_tokens,
+        max_tokens=request.max_tokens,
+        priority=request.priority,
+    )
+
+
+def has_prefill_work(request: Request, num_computed_tokens: int) -> bool:
+    """More than one token left to compute: a (re)prefill, not a decode step.
+
+    A decode computes the one token sampled last; under async scheduling its in-flight
+    token is already counted, leaving zero. Speculative tokens are not in ``num_tokens``.
+    """
+    return request.num_tokens - num_computed_tokens > 1
+
+
+class FairSchedulingMixin:
+    """Policy-ordered prefills for any vLLM ``Scheduler`` subclass (see module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_vllm_version(vllm.__version__)
+        check_scheduler_hooks(Scheduler)
+        vllm_config = kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+        self.fairsched_config = load_config(vllm_config.additional_config)
+        self.fairsched_policy = make_policy(self.fairsched_config)
+        super().__init__(*args, **kwargs)
+        check_scheduler_state(self)
+        self.waiting = PolicyRequestQueue(self._waiting_key)
+        self.kv_holding_waiting = PolicyRequestQueue(self._waiting_key)
+        self._prefill_caps: dict[str, int] | None = None
+        self._log_active(vllm_config)
+
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        self._prefill_caps = self._plan_step()
+        try:
+            return super().schedule(throttle_prefills)
+        finally:
+            self._prefill_caps = None
+
+    def _reserve_prefill_lookahead(
+        self, request: Request, num_computed_tokens: int, num_new_tokens: int
+    ) -> int:
+        caps = self._prefill_caps
+        if caps is not None and request.request_id in caps and not request.has_encoder_inputs:
+            num_new_tokens = min(num_new_tokens, caps[request.request_id])
+        return super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
+
+    def _waiting_key(self, request: Request):
+        return self.fairsched_policy.key(request_view(request))
+
+    def _plan_step(self) -> dict[str, int]:
+        """Reorder ``self.running`` and return the token caps of its partial prefills."""
+        decodes: list[Request] = []
+        prefills: list[tuple[Any, Request, RequestView]] = []
+        decode_tokens = 0
+        key = self.fairsched_policy.key
+        for request in self.running:
+            if has_prefill_work(request, request.num_computed_tokens):
+                view = request_view(request)
+                prefills.append((key(view), request, view))
+            else:
+                decodes.append(request)
+                decode_tokens += self._decode_demand(request)
+        if not prefills:
+            return {}
+        prefills.sort(key=lambda item: item[0])
+        self.running[:] = decodes + [request for _key, request, _view in prefills]
+        return plan_prefill_caps(
+            self.fairsched_policy,
+            (view for _key, _request, view in prefills),
+            self._waiting_views(),
+            decode_tokens=decode_tokens,
+            token_budget=self.max_num_scheduled_tokens,
+            free_slots=self.max_num_active_reqs - len(self.running),
+            free_kv_tokens=self._free_kv_tokens(),
+            full_sequence_must_fit=bool(getattr(self, "scheduler_reserve_full_isl", False)),
+        )
+
+    def _waiting_views(self):
+        """Waiting candidates in the order vLLM's waiting loop will meet them."""
+        for queue in (self.kv_holding_waiting, self.waiting):
+            for request in queue.iter_in_order():
+                yield request_view(request)
+
+    def _decode_demand(self, request: Request) -> int:
+        """Tokens vLLM's running loop will give this decode (1 plus speculative tokens)."""
+        if (
+            request.num_output_placeholders > 0
+            and request.num_computed_tokens + 2 - request.num_output_placeholders
+            >= request.num_prompt_tokens + request.max_tokens
+        ):
+            return 0
+        return max(
+            request.num_tokens_with_spec
+            + request.num_output_placeholders
+            - request.num_computed_tokens,
+            0,
+        )
+
+    def _free_kv_tokens(self) -> int:
+        manager = self.kv_cache_manager
+        free_blocks = manager.block_pool.get_num_free_blocks()
+        free_blocks -= getattr(manager, "watermark_blocks", 0)
+        return max(free_blocks, 0) * self.block_size
+
+    def _log_active(self, vllm_config: Any) -> None:
+        from vllm.platforms import current_platform
+
+        mode_is_async = isinstance(self, AsyncScheduler)
+        logger.info(
+            "fairsched: scheduler %s active with policy %s (vLLM %s, platform %s, "
+            "%s scheduling)",
+            type(self).__qualname__,
+            self.fairsched_policy.describe(),
+            vllm.__version__,
+            current_platform.device_type,
+            "async" if mode_is_async else "sync",
+        )
+        wants_async = bool(vllm_config.scheduler_config.async_scheduling)
+        if wants_async != mode_is_async:
+            logger.warning(
+                "fairsched: vLLM runs with async_scheduling=%s but %s is the %s variant; "
+                "use --scheduler-cls fairsched_plugin.%s",
+                wants_async,
+                type(self).__qualname__,
+                "async" if mode_is_async else "sync",
+                "FairScheduler" if wants_async else "FairSyncScheduler",
+            )
+
+
+class FairScheduler(FairSchedulingMixin, AsyncScheduler):
+    """The default: vLLM's async scheduling with a fairsched prefill order."""
+
+
+class FairSyncScheduler(FairSchedulingMixin, Scheduler):
+    """For ``--no-async-scheduling`` (and pipeline parallelism on model runner V1)."""

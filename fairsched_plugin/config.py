@@ -1,0 +1,200 @@
+"""The plugin's one validated configuration.
+
+Sources, later ones overriding earlier ones key by key:
+
+1. defaults;
+2. ``FAIRSCHED_CONFIG``: a JSON object, inline or as a path to a ``.json`` file;
+3. one environment variable per key, ``FAIRSCHED_`` + the dotted key in upper case with
+   dots as underscores (``aging.alpha`` -> ``FAIRSCHED_AGING_ALPHA``);
+4. ``--additional-config '{"fairsched": {...}}'``: the launch's own command line wins.
+
+Every key is checked: an unknown key, a wrong type or an out-of-range value raises
+:class:`ConfigError` naming the key, where it came from and what is accepted, so a typo
+stops start-up instead of silently running the default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "FAIRSCHED_"
+CONFIG_ENV = "FAIRSCHED_CONFIG"
+ADDITIONAL_CONFIG_KEY = "fairsched"
+POLICY_NAMES = ("fcfs", "aging")
+
+
+class ConfigError(ValueError):
+    """A configuration value the plugin cannot run with."""
+
+
+@dataclass(frozen=True)
+class AgingConfig:
+    alpha: float = 37.5
+    beta: float = -1.0
+
+
+@dataclass(frozen=True)
+class FairschedConfig:
+    policy: str = "aging"
+    aging: AgingConfig = field(default_factory=AgingConfig)
+
+
+@dataclass(frozen=True)
+class _Key:
+    path: str
+    kind: type
+    accepted: str
+    check: Callable[[Any], bool] = lambda _value: True
+
+    @property
+    def env_name(self) -> str:
+        return ENV_PREFIX + self.path.replace(".", "_").upper()
+
+
+def _finite(value: float) -> bool:
+    return math.isfinite(value)
+
+
+KEYS: tuple[_Key, ...] = (
+    _Key("policy", str, "one of " + ", ".join(POLICY_NAMES), lambda v: v in POLICY_NAMES),
+    _Key(
+        "aging.alpha",
+        float,
+        "a finite number > 0 (tokens of priority gained per second of waiting)",
+        lambda v: _finite(v) and v > 0,
+    ),
+    _Key(
+        "aging.beta",
+        float,
+        "a finite number < 0 (priority per remaining prefill token)",
+        lambda v: _finite(v) and v < 0,
+    ),
+)
+_BY_PATH = {key.path: key for key in KEYS}
+_BY_ENV = {key.env_name: key for key in KEYS}
+
+
+def load_config(
+    additional_config: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> FairschedConfig:
+    """Merge and validate every source (see the module docstring)."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    if CONFIG_ENV in environ:
+        values.update(_flatten(_read_json_source(environ[CONFIG_ENV]), CONFIG_ENV))
+    values.update(_from_env(environ))
+    section = (additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
+    if section is not None:
+        source = f"--additional-config {ADDITIONAL_CONFIG_KEY!r}"
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"{source} must be a JSON object, got {section!r}")
+        values.update(_flatten(section, source))
+    return _build(values)
+
+
+def accepted_keys() -> str:
+    """One line per key: dotted name, environment variable, accepted values."""
+    return "\n".join(f"  {k.path} ({k.env_name}): {k.accepted}" for k in KEYS)
+
+
+def _read_json_source(text: str) -> Mapping[str, Any]:
+    raw = text.strip()
+    if not raw.startswith("{"):
+        path = Path(raw)
+        if not path.is_file():
+            raise ConfigError(f"{CONFIG_ENV}: no JSON object and no file at {raw!r}")
+        raw = path.read_text()
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{CONFIG_ENV}: not valid JSON ({exc})") from exc
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{CONFIG_ENV}: must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _flatten(section: Mapping[str, Any], source: str, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in section.items():
+        path = f"{prefix}{name}"
+        if isinstance(value, Mapping) and any(k.startswith(path + ".") for k in _BY_PATH):
+            out.update(_flatten(value, source, path + "."))
+            continue
+        key = _BY_PATH.get(path)
+        if key is None:
+            raise ConfigError(
+                f"fairsched config: unknown key {path!r} in {source}; accepted keys:\n"
+                + accepted_keys()
+            )
+        out[path] = _coerce(key, value, source)
+    return out
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, text in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
+            continue
+        key = _BY_ENV.get(name)
+        if key is None:
+            raise ConfigError(
+                f"fairsched config: unknown environment variable {name}; accepted:\n"
+                + accepted_keys()
+                + f"\n  (and {CONFIG_ENV}: a JSON object or a path to one)"
+            )
+        out[key.path] = _coerce(key, text, name)
+    return out
+
+
+def _coerce(key: _Key, value: Any, source: str) -> Any:
+    """Turn a JSON value or an environment string into the key's type, or fail clearly."""
+    try:
+        if key.kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise TypeError
+            result: Any = float(value)
+        elif key.kind is str:
+            if not isinstance(value, str):
+                raise TypeError
+            result = value.strip().lower()
+        else:
+            raise AssertionError(f"no coercion for {key.kind}")
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"fairsched config: {key.path} from {source} must be {key.accepted}; got {value!r}"
+        ) from None
+    if not key.check(result):
+        raise ConfigError(
+            f"fairsched config: {key.path} from {source} must be {key.accepted}; got {value!r}"
+        )
+    return result
+
+
+def _build(values: Mapping[str, Any]) -> FairschedConfig:
+    nested: dict[str, Any] = {}
+    for path, value in values.items():
+        *parents, leaf = path.split(".")
+        target = nested
+        for parent in parents:
+            target = target.setdefault(parent, {})
+        target[leaf] = value
+    return _construct(FairschedConfig, nested)
+
+
+def _construct(cls: type, data: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in fields(cls):
+        if f.name in data:
+            kind = hints[f.name]
+            value = data[f.name]
+            kwargs[f.name] = _construct(kind, value) if is_dataclass(kind) else value
+    return cls(**kwargs)

@@ -1,0 +1,65 @@
+"""The ``vllm.general_plugins`` entry point: switch fairsched on from the environment.
+
+vLLM calls :func:`register` in every process it starts. With ``FAIRSCHED_POLICY`` set and no
+``--scheduler-cls``, the engine core resolves its scheduler class to fairsched's (async or
+sync to match vLLM's mode): the switch for deployments whose command line is fixed, such
+as vLLM-Ascend images. Without ``FAIRSCHED_POLICY`` the plugin changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .config import ConfigError, load_config
+
+logger = logging.getLogger("vllm.fairsched")
+
+POLICY_ENV = "FAIRSCHED_POLICY"
+ASYNC_CLASS = "fairsched_plugin.FairScheduler"
+SYNC_CLASS = "fairsched_plugin.FairSyncScheduler"
+_OWN_CLASSES = (ASYNC_CLASS, SYNC_CLASS, "fairsched_plugin.adapter.scheduler.FairScheduler",
+                "fairsched_plugin.adapter.scheduler.FairSyncScheduler")
+
+
+def register() -> None:
+    """Install the environment switch; a no-op unless ``FAIRSCHED_POLICY`` is set."""
+    if POLICY_ENV not in os.environ:
+        return
+    try:
+        load_config(None)
+    except ConfigError as exc:
+        # vLLM only logs a plugin's exceptions; the scheduler raises this again at
+        # engine start-up, which does stop the server.
+        logger.error("%s", exc)
+    _route_default_scheduler()
+
+
+def _route_default_scheduler() -> None:
+    from vllm.config.scheduler import SchedulerConfig
+
+    original = SchedulerConfig.get_scheduler_cls
+    if getattr(original, "_fairsched_routed", False):
+        return
+
+    def get_scheduler_cls(self: SchedulerConfig) -> type:
+        if self.scheduler_cls is None:
+            from .adapter.scheduler import FairScheduler, FairSyncScheduler
+
+            chosen = FairScheduler if self.async_scheduling else FairSyncScheduler
+            logger.info(
+                "fairsched: %s=%s and no --scheduler-cls: using fairsched_plugin.%s",
+                POLICY_ENV, os.environ.get(POLICY_ENV), chosen.__name__,
+            )
+            return chosen
+        name = self.scheduler_cls if isinstance(self.scheduler_cls, str) else (
+            f"{self.scheduler_cls.__module__}.{self.scheduler_cls.__qualname__}")
+        if name not in _OWN_CLASSES:
+            logger.warning(
+                "fairsched: %s is set but the scheduler class is %s; fairsched is not active",
+                POLICY_ENV, name,
+            )
+        return original(self)
+
+    get_scheduler_cls._fairsched_routed = True  # type: ignore[attr-defined]
+    SchedulerConfig.get_scheduler_cls = get_scheduler_cls

@@ -1,0 +1,50 @@
+"""The Aging prefill order of seed 000, section 3.1 (Eq. 1-4).
+
+Priority ``P_i = alpha * (now - a_i) + beta * r_i`` with ``alpha > 0`` (priority gained per
+second of waiting) and ``beta < 0`` (priority lost per remaining prefill token). Because
+``alpha * now`` is shared by every request in a step, the order is that of the static key
+``K_i = -alpha * a_i + beta * r_i`` (Eq. 4). We serve the largest ``K`` first; as a
+min-ordered key that is ``-K = alpha * a_i - beta * r_i``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .base import OrderingPolicy, RequestView
+
+DEFAULT_ALPHA = 37.5
+"""Tokens of priority per second of wait, as in the paper's released code."""
+DEFAULT_BETA = -1.0
+
+
+class AgingPolicy(OrderingPolicy):
+    """Shortest remaining prefill first, with a linear age bonus against starvation."""
+
+    name = "aging"
+
+    def __init__(self, alpha: float = DEFAULT_ALPHA, beta: float = DEFAULT_BETA) -> None:
+        if not (math.isfinite(alpha) and alpha > 0):
+            raise ValueError(f"aging.alpha must be a finite number > 0, got {alpha!r}")
+        if not (math.isfinite(beta) and beta < 0):
+            raise ValueError(f"aging.beta must be a finite number < 0, got {beta!r}")
+        self.alpha = alpha
+        self.beta = beta
+
+    def value(self, view: RequestView) -> float:
+        return self.alpha * view.arrival_time - self.beta * view.remaining_prefill
+
+    def priority(self, view: RequestView, now: float) -> float:
+        """Eq. 1, the priority itself (larger first); for logs and tests, not for sorting."""
+        return self.alpha * (now - view.arrival_time) + self.beta * view.remaining_prefill
+
+    def overtake_delay(self, long_remaining: int, short_remaining: int) -> float:
+        """Seconds after which a request with ``long_remaining`` prefill tokens outranks
+        every request with ``short_remaining`` tokens that arrives later.
+
+        From ``K_long >= K_short``: ``a_short - a_long >= -beta * (r_long - r_short) / alpha``.
+        """
+        return max(-self.beta * (long_remaining - short_remaining) / self.alpha, 0.0)
+
+    def describe(self) -> str:
+        return f"aging(alpha={self.alpha:g}, beta={self.beta:g})"

@@ -1,0 +1,63 @@
+"""Plain request views and the ordering-policy interface.
+
+The policy layer never sees a vLLM ``Request``: the adapter copies the few fields a
+decision needs into a :class:`RequestView`, so every policy is testable with plain
+values and a virtual clock.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """What a scheduling decision may know about one request.
+
+    ``num_tokens`` is prompt plus generated tokens: a preempted request must recompute
+    all of them, so its remaining prefill work is ``num_tokens - computed_tokens``.
+    """
+
+    request_id: str
+    arrival_time: float
+    prompt_tokens: int
+    computed_tokens: int = 0
+    output_tokens: int = 0
+    max_tokens: int | None = None
+    priority: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+    @property
+    def remaining_prefill(self) -> int:
+        return max(self.num_tokens - self.computed_tokens, 0)
+
+
+SortKey = tuple[float, float, str]
+"""A total order: policy value, then arrival time, then request id (smaller first)."""
+
+
+class OrderingPolicy(ABC):
+    """Decides which prefill candidate is served first.
+
+    ``key`` must not depend on the current time: the waiting queue keeps requests in a
+    heap under the key they had when inserted, and running partial prefills are re-keyed
+    each step as their remaining work shrinks. Smaller keys are served first.
+    """
+
+    name: str
+
+    @abstractmethod
+    def value(self, view: RequestView) -> float:
+        """The policy's own ordering value (smaller first), without tie-breaks."""
+
+    def key(self, view: RequestView) -> SortKey:
+        """The value with the documented tie-breaks: arrival time, then request id."""
+        return (self.value(view), view.arrival_time, view.request_id)
+
+    def describe(self) -> str:
+        """One line for the start-up log."""
+        return self.name
