@@ -1,0 +1,247 @@
+"""The real vLLM scheduler with the fairsched adapter, driven by fake model outputs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
+from vllm.v1.request import RequestStatus  # noqa: E402
+
+from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
+from fairsched_plugin.adapter.offline import (  # noqa: E402
+    OfflineEngine,
+    make_request,
+    make_scheduler,
+)
+from fairsched_plugin.adapter.scheduler import has_prefill_work, request_view  # noqa: E402
+
+BUDGET = 256
+AGING = {"fairsched": {"policy": "aging"}}
+FCFS = {"fairsched": {"policy": "fcfs"}}
+
+
+def _engine(model_dir, cls=FairScheduler, config=AGING, **kwargs) -> OfflineEngine:
+    kwargs.setdefault("max_num_batched_tokens", BUDGET)
+    kwargs.setdefault("async_scheduling", issubclass(cls, AsyncScheduler))
+    return OfflineEngine(make_scheduler(cls, model_dir, additional_config=config, **kwargs))
+
+
+def _assert_nothing_left(engine: OfflineEngine, num_blocks: int) -> None:
+    scheduler = engine.scheduler
+    assert not scheduler.requests
+    assert not scheduler.running
+    for queue in (scheduler.waiting, scheduler.kv_holding_waiting):
+        assert len(queue) == 0
+        assert all(entry[2] is None for entry in queue._heap)
+    # Block 0 is vLLM's null block; everything else must be free again.
+    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == num_blocks - 1
+
+
+@pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
+def test_short_request_overtakes_running_long_prefill(config_only_model, cls):
+    """§3.1.3: a short request arriving behind a long partial prefill is served first."""
+    engine = _engine(config_only_model, cls)
+    engine.add([make_request("long", 2000, 4, arrival_time=100.0)])
+    first = engine.step().output.num_scheduled_tokens
+    assert first == {"long": BUDGET}
+    engine.add([make_request("short", 100, 4, arrival_time=100.5)])
+    second = engine.step().output.num_scheduled_tokens
+    assert second == {"short": 100, "long": BUDGET - 100}
+
+
+def test_fcfs_policy_keeps_arrival_order(config_only_model):
+    engine = _engine(config_only_model, config=FCFS)
+    engine.add([make_request("long", 2000, 4, arrival_time=100.0)])
+    engine.step()
+    engine.add([make_request("short", 100, 4, arrival_time=100.5)])
+    assert engine.step().output.num_scheduled_tokens == {"long": BUDGET}
+
+
+def test_decodes_are_served_before_any_prefill(config_only_model):
+    engine = _engine(config_only_model)
+    engine.add([make_request(f"d{i}", 20, 50, arrival_time=100.0 + i) for i in range(3)])
+    engine.step()
+    engine.step()
+    engine.add([make_request("long", 5000, 4, arrival_time=50.0)])
+    for _ in range(5):
+        scheduled = engine.step().output.num_scheduled_tokens
+        assert all(scheduled.get(f"d{i}") == 1 for i in range(3))
+        assert scheduled["long"] == BUDGET - 3
+
+
+def test_running_list_is_decodes_then_prefills_by_key(config_only_model):
+    """vLLM appends admitted requests, so a decode admitted after a long partial prefill
+    would sit behind it; the adapter moves decodes to the front and sorts prefills."""
+    engine = _engine(config_only_model, max_num_batched_tokens=64)
+    scheduler = engine.scheduler
+    engine.add([make_request("long-a", 3000, 4, arrival_time=1.0)])
+    engine.step()
+    engine.add([make_request("dec", 10, 100, arrival_time=2.0)])
+    engine.step()
+    engine.add([make_request("long-b", 2000, 4, arrival_time=3.0)])
+    for _ in range(3):
+        engine.step()
+    order = [r.request_id for r in scheduler.running]
+    assert order[0] == "dec"
+    kinds = [has_prefill_work(r, r.num_computed_tokens) for r in scheduler.running]
+    assert kinds == sorted(kinds), "decodes must precede partial prefills"
+    prefill_keys = [
+        scheduler.fairsched_policy.key(request_view(r))
+        for r in scheduler.running
+        if has_prefill_work(r, r.num_computed_tokens)
+    ]
+    assert len(prefill_keys) == 2 and prefill_keys == sorted(prefill_keys)
+
+
+def _random_workload(seed: int, count: int) -> list[tuple[int, object]]:
+    """(step at which to add, request) pairs with a heavy-tailed prompt mix."""
+    rng = random.Random(seed)
+    plan = []
+    for i in range(count):
+        prompt = rng.choice([rng.randint(5, 120), rng.randint(120, 1000), rng.randint(1000, 3000)])
+        request = make_request(
+            f"r{i}", prompt, rng.randint(1, 40), arrival_time=1000.0 + i * 0.05
+        )
+        plan.append((rng.randint(0, 60), request))
+    return sorted(plan, key=lambda item: item[0])
+
+
+def _run_checked(engine: OfflineEngine, workload, *, max_num_seqs: int, abort_every: int = 0):
+    """Step through ``workload``, checking vLLM's limits on every step."""
+    scheduler = engine.scheduler
+    pending = list(workload)
+    aborted: set[str] = set()
+    step = 0
+    while pending or scheduler.has_unfinished_requests():
+        while pending and pending[0][0] <= step:
+            engine.add([pending.pop(0)[1]])
+        record = engine.step()
+        scheduled = record.output.num_scheduled_tokens
+        assert sum(scheduled.values()) <= BUDGET
+        assert record.output.total_num_scheduled_tokens <= BUDGET
+        assert len(scheduler.running) <= max_num_seqs
+        for req_id, n in scheduled.items():
+            assert n >= 1
+        if abort_every and step % abort_every == abort_every - 1 and scheduler.requests:
+            victim = sorted(scheduler.requests)[step % len(scheduler.requests)]
+            scheduler.finish_requests(victim, RequestStatus.FINISHED_ABORTED)
+            aborted.add(victim)
+        step += 1
+        assert step < 20_000, "workload did not finish"
+    engine.drain()
+    return aborted
+
+
+@pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
+@pytest.mark.parametrize("config", [AGING, FCFS], ids=["aging", "fcfs"])
+def test_random_workload_respects_limits_and_finishes(config_only_model, cls, config):
+    engine = _engine(config_only_model, cls, config, max_num_seqs=8, num_blocks=4000)
+    workload = _random_workload(seed=7, count=60)
+    _run_checked(engine, workload, max_num_seqs=8)
+    finished = {r for r, _ in _outputs_of(engine)}
+    assert finished == {request.request_id for _, request in workload}
+    _assert_nothing_left(engine, 4000)
+
+
+def _outputs_of(engine: OfflineEngine):
+    """(request id, sampled token count) for every sampled token the fake model produced."""
+    for record in engine.steps:
+        for req_id, tokens in record.sampled.items():
+            if tokens:
+                yield req_id, len(tokens)
+
+
+@pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
+def test_aborts_leave_no_blocks_or_queue_entries(config_only_model, cls):
+    engine = _engine(config_only_model, cls, max_num_seqs=8, num_blocks=4000)
+    aborted = _run_checked(
+        engine, _random_workload(seed=3, count=60), max_num_seqs=8, abort_every=5
+    )
+    assert aborted, "the scenario must abort some requests"
+    _assert_nothing_left(engine, 4000)
+
+
+class _VictimRecordingScheduler(FairScheduler):
+    """Records, for each preemption, whether a better-ranked prefill was the victim."""
+
+    def _preempt_request(self, request, timestamp, drop_stale_output=False):
+        if has_prefill_work(request, request.num_computed_tokens):
+            key = self.fairsched_policy.key(request_view(request))
+            others = [
+                self.fairsched_policy.key(request_view(r))
+                for r in self.running
+                if r is not request and has_prefill_work(r, r.num_computed_tokens)
+            ]
+            self.victims.append((request.request_id, all(key >= k for k in others)))
+        else:
+            self.victims.append((request.request_id, not any(
+                has_prefill_work(r, r.num_computed_tokens) for r in self.running)))
+        super()._preempt_request(request, timestamp, drop_stale_output)
+
+
+def test_preemption_takes_lowest_priority_and_leaks_nothing(config_only_model):
+    num_blocks = 120  # 1,920 tokens of KV for prompts up to 3,000: preemption is certain
+    scheduler = make_scheduler(
+        _VictimRecordingScheduler,
+        config_only_model,
+        max_num_batched_tokens=BUDGET,
+        max_num_seqs=8,
+        num_blocks=num_blocks,
+        additional_config=AGING,
+    )
+    scheduler.victims = []
+    engine = OfflineEngine(scheduler)
+    rng = random.Random(11)
+    workload = [
+        (rng.randint(0, 30), make_request(f"r{i}", rng.randint(100, 1500), rng.randint(20, 200),
+                                          arrival_time=1000.0 + i))
+        for i in range(24)
+    ]
+    _run_checked(engine, sorted(workload, key=lambda w: w[0]), max_num_seqs=8)
+    assert scheduler.victims, "the scenario must preempt"
+    assert all(lowest for _req, lowest in scheduler.victims), scheduler.victims
+    finished = {r for r, _ in _outputs_of(engine)}
+    assert finished == {request.request_id for _, request in workload}
+    _assert_nothing_left(engine, num_blocks)
+
+
+def test_preemption_victim_is_the_partial_prefill_not_a_later_decode(config_only_model):
+    """A long prefill admitted first sits before later decodes in vLLM's list; the victim
+    must still be that prefill (the lowest-ranked running request), not the newest decode."""
+    num_blocks = 40  # 624 tokens of KV: the long prompt plus two growing decodes overflow
+    scheduler = make_scheduler(
+        _VictimRecordingScheduler,
+        config_only_model,
+        max_num_batched_tokens=64,
+        max_num_seqs=8,
+        num_blocks=num_blocks,
+        additional_config=AGING,
+    )
+    scheduler.victims = []
+    engine = OfflineEngine(scheduler)
+    engine.add([make_request("long", 560, 4, arrival_time=1.0)])
+    engine.step()
+    engine.add([make_request(f"s{i}", 60, 200, arrival_time=2.0 + i) for i in range(2)])
+    steps = 0
+    while scheduler.has_unfinished_requests() and not scheduler.victims:
+        engine.step()
+        steps += 1
+        assert steps < 500
+    assert scheduler.victims[0] == ("long", True)
+    engine.run_until_idle()
+    _assert_nothing_left(engine, num_blocks)
+
+
+def test_bad_config_stops_scheduler_construction(config_only_model):
+    from fairsched_plugin.config import ConfigError
+
+    with pytest.raises(ConfigError, match="aging.alpha"):
+        make_scheduler(
+            FairScheduler,
+            config_only_model,
+            additional_config={"fairsched": {"aging": {"alpha": 0}}},
+        )
