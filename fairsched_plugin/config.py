@@ -109,9 +109,12 @@ def _read_json_source(text: str) -> Mapping[str, Any]:
     raw = text.strip()
     if not raw.startswith("{"):
         path = Path(raw)
-        if not path.is_file():
-            raise ConfigError(f"{CONFIG_ENV}: no JSON object and no file at {raw!r}")
-        raw = path.read_text()
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"{CONFIG_ENV}: neither a JSON object nor a readable UTF-8 file: {raw!r} ({exc})"
+            ) from exc
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -129,6 +132,8 @@ def _flatten(section: Mapping[str, Any], source: str, prefix: str = "") -> dict[
             out.update(_flatten(value, source, path + "."))
             continue
         key = _BY_PATH.get(path)
+        if key is None and any(k.startswith(path + ".") for k in _BY_PATH):
+            raise ConfigError(f"fairsched config: {path!r} in {source} must be a JSON object")
         if key is None:
             raise ConfigError(
                 f"fairsched config: unknown key {path!r} in {source}; accepted keys:\n"
@@ -167,7 +172,7 @@ def _coerce(key: _Key, value: Any, source: str) -> Any:
             result = value.strip().lower()
         else:
             raise AssertionError(f"no coercion for {key.kind}")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(
             f"fairsched config: {key.path} from {source} must be {key.accepted}; got {value!r}"
         ) from None

@@ -2,7 +2,7 @@
 
 vLLM calls :func:`register` in every process it starts. With ``FAIRSCHED_POLICY`` set and no
 ``--scheduler-cls``, the engine core resolves its scheduler class to fairsched's (async or
-sync to match vLLM's mode): the switch for deployments whose command line is fixed, such
+sync to match vLLM's mode, as ``FairScheduler`` itself decides): the switch for deployments whose command line is fixed, such
 as vLLM-Ascend images. Without ``FAIRSCHED_POLICY`` the plugin changes nothing.
 """
 
@@ -44,14 +44,13 @@ def _route_default_scheduler() -> None:
 
     def get_scheduler_cls(self: SchedulerConfig) -> type:
         if self.scheduler_cls is None:
-            from .adapter.scheduler import FairScheduler, FairSyncScheduler
+            from .adapter.scheduler import FairScheduler
 
-            chosen = FairScheduler if self.async_scheduling else FairSyncScheduler
             logger.info(
-                "fairsched: %s=%s and no --scheduler-cls: using fairsched_plugin.%s",
-                POLICY_ENV, os.environ.get(POLICY_ENV), chosen.__name__,
+                "fairsched: %s=%s and no --scheduler-cls: using %s",
+                POLICY_ENV, os.environ.get(POLICY_ENV), ASYNC_CLASS,
             )
-            return chosen
+            return FairScheduler
         name = self.scheduler_cls if isinstance(self.scheduler_cls, str) else (
             f"{self.scheduler_cls.__module__}.{self.scheduler_cls.__qualname__}")
         if name not in _OWN_CLASSES:

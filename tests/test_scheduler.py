@@ -245,3 +245,13 @@ def test_bad_config_stops_scheduler_construction(config_only_model):
             config_only_model,
             additional_config={"fairsched": {"aging": {"alpha": 0}}},
         )
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_fair_scheduler_follows_vllms_scheduling_mode(config_only_model, async_scheduling):
+    scheduler = make_scheduler(
+        FairScheduler, config_only_model, async_scheduling=async_scheduling,
+        additional_config=AGING,
+    )
+    assert type(scheduler) is (FairScheduler if async_scheduling else FairSyncScheduler)
+    assert isinstance(scheduler, AsyncScheduler) == async_scheduling

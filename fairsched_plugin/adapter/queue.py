@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 
 from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.request import Request
@@ -86,7 +86,7 @@ class PolicyRequestQueue(RequestQueue):
         """A snapshot in key order (vLLM iterates for stats and connector bookkeeping)."""
         return iter([entry[2] for entry in sorted(self._entries.values())])
 
-    def iter_in_order(self) -> Iterator[Request]:
+    def iter_in_order(self) -> Generator[Request, None, None]:
         """Live requests best first, taken lazily: k requests cost O(k log n).
 
         Pops as it goes and puts everything back when the iteration is closed or

@@ -18,6 +18,8 @@ lowest-ranked partial prefill, or, when none is running, the most recently admit
 from __future__ import annotations
 
 import logging
+from collections.abc import Generator
+from contextlib import closing
 from typing import Any
 
 import vllm
@@ -57,13 +59,18 @@ def has_prefill_work(request: Request, num_computed_tokens: int) -> bool:
     return request.num_tokens - num_computed_tokens > 1
 
 
+def _vllm_config_of(args: tuple, kwargs: dict) -> Any:
+    """vLLM passes constructor arguments by keyword; accept the first positional too."""
+    return kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+
+
 class FairSchedulingMixin:
     """Policy-ordered prefills for any vLLM ``Scheduler`` subclass (see module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_vllm_version(vllm.__version__)
         check_scheduler_hooks(Scheduler)
-        vllm_config = kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+        vllm_config = _vllm_config_of(args, kwargs)
         self.fairsched_config = load_config(vllm_config.additional_config)
         self.fairsched_policy = make_policy(self.fairsched_config)
         super().__init__(*args, **kwargs)
@@ -108,22 +115,26 @@ class FairSchedulingMixin:
             return {}
         prefills.sort(key=lambda item: item[0])
         self.running[:] = decodes + [request for _key, request, _view in prefills]
-        return plan_prefill_caps(
-            self.fairsched_policy,
-            (view for _key, _request, view in prefills),
-            self._waiting_views(),
-            decode_tokens=decode_tokens,
-            token_budget=self.max_num_scheduled_tokens,
-            free_slots=self.max_num_active_reqs - len(self.running),
-            free_kv_tokens=self._free_kv_tokens(),
-            full_sequence_must_fit=bool(getattr(self, "scheduler_reserve_full_isl", False)),
-        )
+        # Closing the generator puts back what it took from the waiting heaps, also
+        # when the plan raises.
+        with closing(self._waiting_views()) as waiting:
+            return plan_prefill_caps(
+                self.fairsched_policy,
+                (view for _key, _request, view in prefills),
+                waiting,
+                decode_tokens=decode_tokens,
+                token_budget=self.max_num_scheduled_tokens,
+                free_slots=self.max_num_active_reqs - len(self.running),
+                free_kv_tokens=self._free_kv_tokens(),
+                full_sequence_must_fit=bool(getattr(self, "scheduler_reserve_full_isl", False)),
+            )
 
-    def _waiting_views(self):
+    def _waiting_views(self) -> Generator[RequestView, None, None]:
         """Waiting candidates in the order vLLM's waiting loop will meet them."""
         for queue in (self.kv_holding_waiting, self.waiting):
-            for request in queue.iter_in_order():
-                yield request_view(request)
+            with closing(queue.iter_in_order()) as requests:
+                for request in requests:
+                    yield request_view(request)
 
     def _decode_demand(self, request: Request) -> int:
         """Tokens vLLM's running loop will give this decode (1 plus speculative tokens)."""
@@ -163,17 +174,28 @@ class FairSchedulingMixin:
         if wants_async != mode_is_async:
             logger.warning(
                 "fairsched: vLLM runs with async_scheduling=%s but %s is the %s variant; "
-                "use --scheduler-cls fairsched_plugin.%s",
+                "use --scheduler-cls fairsched_plugin.FairScheduler, which follows the mode",
                 wants_async,
                 type(self).__qualname__,
                 "async" if mode_is_async else "sync",
-                "FairScheduler" if wants_async else "FairSyncScheduler",
             )
 
 
 class FairScheduler(FairSchedulingMixin, AsyncScheduler):
-    """The default: vLLM's async scheduling with a fairsched prefill order."""
+    """The class to name in ``--scheduler-cls``: async, or sync when vLLM runs sync.
+
+    vLLM uses a custom class as given whatever its scheduling mode, and decides the mode
+    after the command line (the CPU executor, for one, turns async scheduling off). So
+    constructing this class in a sync engine builds a :class:`FairSyncScheduler` instead;
+    one name is right in both modes.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Scheduler:
+        scheduler_config = _vllm_config_of(args, kwargs).scheduler_config
+        if cls is FairScheduler and not scheduler_config.async_scheduling:
+            return FairSyncScheduler(*args, **kwargs)
+        return super().__new__(cls)
 
 
 class FairSyncScheduler(FairSchedulingMixin, Scheduler):
-    """For ``--no-async-scheduling`` (and pipeline parallelism on model runner V1)."""
+    """The sync variant (``--no-async-scheduling``, CPU, PP on model runner V1)."""

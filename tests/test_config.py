@@ -1,0 +1,360 @@
+"""``load_config``: sources, precedence and every error path. Never reads os.environ:
+each call passes ``environ=`` explicitly."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from fairsched_plugin.config import (
+    CONFIG_ENV,
+    AgingConfig,
+    ConfigError,
+    FairschedConfig,
+    accepted_keys,
+    load_config,
+)
+from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, make_policy
+
+
+def load(additional=None, **env):
+    return load_config(additional_config=additional, environ=env)
+
+
+def fs(section):
+    """The ``--additional-config`` dict for one ``fairsched`` section."""
+    return {"fairsched": section}
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def test_defaults():
+    config = load()
+    assert config == FairschedConfig(policy="aging", aging=AgingConfig(alpha=37.5, beta=-1.0))
+    assert config.policy == "aging"
+    assert config.aging.alpha == 37.5
+    assert config.aging.beta == -1.0
+
+
+def test_defaults_with_empty_sources():
+    assert load({}) == FairschedConfig()
+    assert load(fs({})) == FairschedConfig()
+    assert load({"other_plugin": {"x": 1}}) == FairschedConfig()
+    assert load(fs(None)) == FairschedConfig()
+
+
+def test_unrelated_environment_is_ignored():
+    assert load(PATH="/usr/bin", VLLM_FOO="1", fairsched_policy="fcfs") == FairschedConfig()
+
+
+def test_explicit_environ_ignores_process_environment(monkeypatch):
+    import os
+
+    for name in [n for n in os.environ if n.startswith("FAIRSCHED_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("FAIRSCHED_POLICY", "fcfs")
+    assert load_config(environ={}).policy == "aging"
+    # And without environ= it reads os.environ.
+    assert load_config().policy == "fcfs"
+
+
+def test_make_policy_from_config():
+    policy = make_policy(load())
+    assert isinstance(policy, AgingPolicy)
+    assert (policy.alpha, policy.beta) == (37.5, -1.0)
+    assert isinstance(make_policy(load(fs({"policy": "fcfs"}))), FCFSPolicy)
+    aging = make_policy(load(fs({"aging": {"alpha": 2, "beta": -0.5}})))
+    assert (aging.alpha, aging.beta) == (2.0, -0.5)
+
+
+# --------------------------------------------------------------------------- additional-config
+
+
+def test_additional_config_nested():
+    config = load(fs({"policy": "fcfs", "aging": {"alpha": 5, "beta": -2.5}}))
+    assert config == FairschedConfig(policy="fcfs", aging=AgingConfig(alpha=5.0, beta=-2.5))
+    assert isinstance(config.aging.alpha, float)
+
+
+def test_additional_config_partial_section_keeps_other_defaults():
+    config = load(fs({"aging": {"beta": -3}}))
+    assert config.aging == AgingConfig(alpha=37.5, beta=-3.0)
+    assert config.policy == "aging"
+
+
+def test_policy_name_is_normalised():
+    assert load(fs({"policy": "  FCFS "})).policy == "fcfs"
+    assert load(FAIRSCHED_POLICY="Aging").policy == "aging"
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def test_env_vars():
+    config = load(FAIRSCHED_POLICY="fcfs", FAIRSCHED_AGING_ALPHA="12.5", FAIRSCHED_AGING_BETA="-2")
+    assert config == FairschedConfig(policy="fcfs", aging=AgingConfig(alpha=12.5, beta=-2.0))
+
+
+def test_env_vars_numeric_forms():
+    assert load(FAIRSCHED_AGING_ALPHA=" 1e3 ").aging.alpha == 1000.0
+    assert load(FAIRSCHED_AGING_ALPHA="7").aging.alpha == 7.0
+
+
+def test_fairsched_config_inline_json():
+    config = load(FAIRSCHED_CONFIG='{"policy": "fcfs", "aging": {"alpha": 3}}')
+    assert config == FairschedConfig(policy="fcfs", aging=AgingConfig(alpha=3.0, beta=-1.0))
+
+
+def test_fairsched_config_inline_json_with_whitespace():
+    assert load(FAIRSCHED_CONFIG='  \n{"aging": {"beta": -4}}\n').aging.beta == -4.0
+
+
+def test_fairsched_config_file(tmp_path):
+    path = tmp_path / "fairsched.json"
+    path.write_text(json.dumps({"policy": "fcfs", "aging": {"alpha": 9, "beta": -0.25}}))
+    config = load(FAIRSCHED_CONFIG=str(path))
+    assert config == FairschedConfig(policy="fcfs", aging=AgingConfig(alpha=9.0, beta=-0.25))
+    # Surrounding whitespace in the variable is tolerated.
+    assert load(FAIRSCHED_CONFIG=f"  {path}  ") == config
+
+
+# --------------------------------------------------------------------------- precedence
+
+
+def test_precedence_defaults_lt_config_env_lt_vars_lt_additional_config(tmp_path):
+    env = {
+        CONFIG_ENV: '{"policy": "fcfs", "aging": {"alpha": 1, "beta": -1.5}}',
+        "FAIRSCHED_AGING_ALPHA": "2",
+        "FAIRSCHED_AGING_BETA": "-2.5",
+    }
+    # FAIRSCHED_CONFIG alone.
+    only_json = load_config(environ={CONFIG_ENV: env[CONFIG_ENV]})
+    assert only_json == FairschedConfig("fcfs", AgingConfig(1.0, -1.5))
+    # Per-key variables override FAIRSCHED_CONFIG, key by key.
+    assert load_config(environ=env) == FairschedConfig("fcfs", AgingConfig(2.0, -2.5))
+    assert load_config(environ={**env, "FAIRSCHED_AGING_BETA": "-9"}).aging.beta == -9.0
+    # --additional-config beats both, key by key; keys it does not name keep lower sources.
+    config = load_config(fs({"aging": {"alpha": 3}}), environ=env)
+    assert config == FairschedConfig("fcfs", AgingConfig(3.0, -2.5))
+    config = load_config(fs({"policy": "aging"}), environ=env)
+    assert config == FairschedConfig("aging", AgingConfig(2.0, -2.5))
+    # Keys nobody sets keep their defaults.
+    assert load_config(environ={"FAIRSCHED_AGING_BETA": "-3"}).aging.alpha == 37.5
+
+
+def test_precedence_with_config_file(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text('{"aging": {"alpha": 4}}')
+    assert load_config(environ={CONFIG_ENV: str(path)}).aging.alpha == 4.0
+    both = {CONFIG_ENV: str(path), "FAIRSCHED_AGING_ALPHA": "5"}
+    assert load_config(environ=both).aging.alpha == 5.0
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _error(additional=None, **env) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(additional, **env)
+    assert isinstance(info.value, ValueError)  # ConfigError is a ValueError
+    return str(info.value)
+
+
+def _names_all_keys(message: str) -> None:
+    for needle in ("policy", "FAIRSCHED_POLICY", "aging.alpha", "FAIRSCHED_AGING_ALPHA",
+                   "aging.beta", "FAIRSCHED_AGING_BETA"):
+        assert needle in message, (needle, message)
+
+
+def test_accepted_keys_lists_every_key():
+    text = accepted_keys()
+    _names_all_keys(text)
+    assert "one of fcfs, aging" in text
+    assert len(text.splitlines()) == 3
+
+
+def test_unknown_key_top_level():
+    message = _error(fs({"polcy": "fcfs"}))
+    assert "unknown key 'polcy'" in message
+    assert "--additional-config 'fairsched'" in message
+    _names_all_keys(message)
+
+
+def test_unknown_key_nested():
+    message = _error(fs({"aging": {"gamma": 1}}))
+    assert "unknown key 'aging.gamma'" in message
+    _names_all_keys(message)
+
+
+def test_unknown_key_in_fairsched_config():
+    message = _error(FAIRSCHED_CONFIG='{"aging": {"alhpa": 1}}')
+    assert "unknown key 'aging.alhpa'" in message
+    assert CONFIG_ENV in message
+    _names_all_keys(message)
+
+
+def test_unknown_environment_variable():
+    message = _error(FAIRSCHED_AGING_GAMMA="1")
+    assert "unknown environment variable FAIRSCHED_AGING_GAMMA" in message
+    _names_all_keys(message)
+    assert CONFIG_ENV in message
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(True, "True"), (False, "False"), ([1.0], "[1.0]"), ({"x": 1}, None), (None, "None"),
+     ("fast", "'fast'"), ("", "''")],
+)
+def test_wrong_type_for_alpha_in_additional_config(value, shown):
+    message = _error(fs({"aging": {"alpha": value}}))
+    if shown is None:
+        # A mapping where a number belongs: the path is not a section.
+        assert "aging.alpha" in message
+        return
+    assert "aging.alpha from --additional-config 'fairsched'" in message
+    assert "must be a finite number > 0" in message
+    assert f"got {shown}" in message
+
+
+@pytest.mark.parametrize("text", ["fast", "", "1,5", "0x10", "true"])
+def test_non_numeric_env_var(text):
+    message = _error(FAIRSCHED_AGING_ALPHA=text)
+    assert "aging.alpha from FAIRSCHED_AGING_ALPHA must be a finite number > 0" in message
+    assert f"got {text!r}" in message
+
+
+def test_wrong_type_in_fairsched_config():
+    message = _error(FAIRSCHED_CONFIG='{"aging": {"beta": "-1x"}}')
+    assert "aging.beta from FAIRSCHED_CONFIG must be a finite number < 0" in message
+    assert "got '-1x'" in message
+
+
+@pytest.mark.parametrize("value", [1, True, ["fcfs"], None])
+def test_wrong_type_for_policy(value):
+    message = _error(fs({"policy": value}))
+    assert "policy from --additional-config 'fairsched' must be one of fcfs, aging" in message
+    assert f"got {value!r}" in message
+
+
+@pytest.mark.parametrize(
+    "value", [0, -0.0, -1, -1e-9, "0", math.nan, math.inf, "nan", "inf", "-inf"]
+)
+def test_alpha_out_of_range(value):
+    if isinstance(value, str):
+        message = _error(FAIRSCHED_AGING_ALPHA=value)
+        assert "aging.alpha from FAIRSCHED_AGING_ALPHA" in message
+    else:
+        message = _error(fs({"aging": {"alpha": value}}))
+        assert "aging.alpha from --additional-config 'fairsched'" in message
+    assert "must be a finite number > 0" in message
+    assert f"got {value!r}" in message
+
+
+@pytest.mark.parametrize("value", [0, 0.0, 1, 1e-9, "0", "2.5", math.nan, -math.inf, "NaN"])
+def test_beta_out_of_range(value):
+    if isinstance(value, str):
+        message = _error(FAIRSCHED_AGING_BETA=value)
+        assert "aging.beta from FAIRSCHED_AGING_BETA" in message
+    else:
+        message = _error(fs({"aging": {"beta": value}}))
+        assert "aging.beta from --additional-config 'fairsched'" in message
+    assert "must be a finite number < 0" in message
+    assert f"got {value!r}" in message
+
+
+def test_json_nan_literal_rejected():
+    message = _error(FAIRSCHED_CONFIG='{"aging": {"alpha": NaN}}')
+    assert "aging.alpha from FAIRSCHED_CONFIG must be a finite number > 0" in message
+
+
+@pytest.mark.parametrize(
+    "source", ["additional", "env", "json"],
+)
+def test_unknown_policy(source):
+    if source == "additional":
+        message = _error(fs({"policy": "sjf"}))
+        assert "from --additional-config 'fairsched'" in message
+    elif source == "env":
+        message = _error(FAIRSCHED_POLICY="sjf")
+        assert "from FAIRSCHED_POLICY" in message
+    else:
+        message = _error(FAIRSCHED_CONFIG='{"policy": "sjf"}')
+        assert "from FAIRSCHED_CONFIG" in message
+    assert "policy" in message
+    assert "must be one of fcfs, aging" in message
+    assert "got 'sjf'" in message
+
+
+@pytest.mark.parametrize("section", ["aging", 5, ["policy", "fcfs"], True])
+def test_non_object_additional_config_section(section):
+    message = _error({"fairsched": section})
+    assert "--additional-config 'fairsched' must be a JSON object" in message
+    assert f"got {section!r}" in message
+
+
+@pytest.mark.parametrize(
+    "text", ['{"policy": ', '{"policy": fcfs}', "{'policy': 'fcfs'}", '{"policy": "fcfs",}'],
+)
+def test_bad_inline_json(text):
+    message = _error(FAIRSCHED_CONFIG=text)
+    assert message.startswith(f"{CONFIG_ENV}: not valid JSON")
+
+
+def test_bad_json_file(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{"policy": "fcfs"')
+    message = _error(FAIRSCHED_CONFIG=str(path))
+    assert message.startswith(f"{CONFIG_ENV}: not valid JSON")
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"fcfs"', "3", "null"])
+def test_config_file_holding_a_non_object(tmp_path, content):
+    path = tmp_path / "list.json"
+    path.write_text(content)
+    message = _error(FAIRSCHED_CONFIG=str(path))
+    assert message.startswith(f"{CONFIG_ENV}: must hold a JSON object, got ")
+
+
+def test_missing_config_file(tmp_path):
+    missing = tmp_path / "nope" / "fairsched.json"
+    message = _error(FAIRSCHED_CONFIG=str(missing))
+    assert CONFIG_ENV in message
+    assert "neither a JSON object nor a readable UTF-8 file" in message
+    assert repr(str(missing)) in message
+
+
+def test_config_env_pointing_at_a_directory(tmp_path):
+    message = _error(FAIRSCHED_CONFIG=str(tmp_path))
+    assert "neither a JSON object nor a readable UTF-8 file" in message
+
+
+def test_inline_non_object_json_is_not_taken_for_json():
+    # Only text starting with "{" is read inline; anything else is a path.
+    message = _error(FAIRSCHED_CONFIG="[1, 2]")
+    assert "neither a JSON object nor a readable UTF-8 file: '[1, 2]'" in message
+
+
+def test_error_in_lower_source_is_not_masked_by_a_higher_one():
+    # Every source is validated, even for keys a later source overrides.
+    message = _error(fs({"aging": {"alpha": 2}}), FAIRSCHED_AGING_ALPHA="-1")
+    assert "FAIRSCHED_AGING_ALPHA" in message
+
+
+def test_huge_integer_alpha_raises_config_error():
+    with pytest.raises(ConfigError, match=r"aging\.alpha"):
+        load(FAIRSCHED_CONFIG='{"aging": {"alpha": 1' + "0" * 400 + "}}")
+
+
+def test_config_file_that_is_not_utf8(tmp_path):
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"policy": "fcfs\xe9"}')
+    message = _error(FAIRSCHED_CONFIG=str(path))
+    assert "neither a JSON object nor a readable UTF-8 file" in message
+
+
+def test_section_given_as_a_scalar_names_the_section():
+    message = _error(fs({"aging": 5}))
+    assert message == "fairsched config: 'aging' in --additional-config 'fairsched' must be a JSON object"

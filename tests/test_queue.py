@@ -1,0 +1,262 @@
+"""``PolicyRequestQueue`` with real vLLM ``Request`` objects."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from fairsched_plugin.adapter.offline import make_request  # noqa: E402
+from fairsched_plugin.adapter.queue import PolicyRequestQueue  # noqa: E402
+from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, RequestView  # noqa: E402
+
+AGING = AgingPolicy(alpha=1.0, beta=-1.0)  # value = arrival + remaining prompt
+
+
+def view_of(request) -> RequestView:
+    return RequestView(
+        request_id=request.request_id,
+        arrival_time=request.arrival_time,
+        prompt_tokens=request.num_prompt_tokens,
+        computed_tokens=request.num_computed_tokens,
+        output_tokens=request.num_output_tokens,
+    )
+
+
+def aging_key(request):
+    return AGING.key(view_of(request))
+
+
+def fcfs_key(request):
+    return FCFSPolicy().key(view_of(request))
+
+
+def req(rid: str, prompt: int, arrival: float):
+    return make_request(rid, prompt_tokens=prompt, max_tokens=4, arrival_time=arrival)
+
+
+@pytest.fixture
+def five():
+    """Aging values (arrival + prompt): d 3, b 12, e 25, a 40, c 110."""
+    return {
+        "a": req("a", 40, 0.0),
+        "b": req("b", 10, 2.0),
+        "c": req("c", 100, 10.0),
+        "d": req("d", 2, 1.0),
+        "e": req("e", 20, 5.0),
+    }
+
+
+EXPECTED = ["d", "b", "e", "a", "c"]
+
+
+def filled(requests) -> PolicyRequestQueue:
+    queue = PolicyRequestQueue(aging_key)
+    for request in requests:
+        queue.add_request(request)
+    return queue
+
+
+def drain(queue: PolicyRequestQueue) -> list[str]:
+    out = []
+    while queue:
+        out.append(queue.pop_request().request_id)
+    return out
+
+
+def test_hand_computed_keys(five):
+    assert [aging_key(five[r])[0] for r in EXPECTED] == [3.0, 12.0, 25.0, 40.0, 110.0]
+
+
+def test_pop_and_peek_return_smallest_key(five):
+    queue = filled(five.values())
+    assert len(queue) == 5 and bool(queue)
+    seen = []
+    while queue:
+        peeked = queue.peek_request()
+        popped = queue.pop_request()
+        assert peeked is popped
+        seen.append(popped.request_id)
+    assert seen == EXPECTED
+    assert len(queue) == 0 and not queue
+
+
+def test_empty_queue_raises_index_error():
+    queue = PolicyRequestQueue(aging_key)
+    with pytest.raises(IndexError):
+        queue.pop_request()
+    with pytest.raises(IndexError):
+        queue.peek_request()
+
+
+def test_key_is_the_policy_order_not_insertion_order():
+    queue = PolicyRequestQueue(fcfs_key)
+    for rid, arrival in [("x", 3.0), ("y", 1.0), ("z", 2.0), ("w", 1.0)]:
+        queue.add_request(req(rid, 10, arrival))
+    assert drain(queue) == ["w", "y", "z", "x"]  # arrival, then id
+
+
+def test_remove_request(five):
+    queue = filled(five.values())
+    queue.remove_request(five["d"])  # the head
+    queue.remove_request(five["a"])
+    assert len(queue) == 3
+    assert five["d"] not in list(queue)
+    assert queue.peek_request() is five["b"]
+    assert drain(queue) == ["b", "e", "c"]
+
+
+def test_remove_missing_request_raises(five):
+    queue = filled([five["a"], five["b"]])
+    with pytest.raises(ValueError, match="c"):
+        queue.remove_request(five["c"])
+    queue.remove_request(five["a"])
+    with pytest.raises(ValueError):
+        queue.remove_request(five["a"])  # already removed
+    assert len(queue) == 1
+    assert drain(queue) == ["b"]
+
+
+def test_remove_requests_tolerates_missing(five):
+    queue = filled([five[r] for r in "abcd"])
+    outsider = five["e"]
+    queue.remove_requests([five["b"], outsider, five["d"], five["b"]])
+    assert len(queue) == 2
+    assert [r.request_id for r in queue] == ["a", "c"]
+    assert drain(queue) == ["a", "c"]
+
+
+def test_remove_everything_leaves_no_live_entries(five):
+    queue = filled(five.values())
+    queue.remove_requests(list(five.values()))
+    assert len(queue) == 0 and not queue
+    assert list(queue) == []
+    assert list(queue.iter_in_order()) == []
+    with pytest.raises(IndexError):
+        queue.pop_request()
+
+
+def test_duplicate_add_raises(five):
+    queue = filled([five["a"]])
+    with pytest.raises(ValueError, match="already waiting"):
+        queue.add_request(five["a"])
+    with pytest.raises(ValueError):
+        queue.prepend_request(five["a"])
+    assert len(queue) == 1
+
+
+def test_readd_after_remove(five):
+    queue = filled(five.values())
+    queue.remove_request(five["d"])
+    queue.add_request(five["d"])
+    assert len(queue) == 5
+    assert drain(queue) == EXPECTED
+
+
+def test_iter_in_order_yields_in_key_order(five):
+    queue = filled(five.values())
+    queue.remove_request(five["e"])  # a dead entry in the heap is skipped
+    assert [r.request_id for r in queue.iter_in_order()] == ["d", "b", "a", "c"]
+    assert len(queue) == 4
+    assert drain(queue) == ["d", "b", "a", "c"]
+
+
+def test_iter_in_order_stopped_early_leaves_queue_intact():
+    rng = random.Random(5)
+    requests = [req(f"r{i:02d}", rng.randint(1, 500), rng.randint(0, 100) / 4) for i in range(40)]
+    expected = [r.request_id for r in sorted(requests, key=aging_key)]
+    queue = filled(requests)
+
+    it = queue.iter_in_order()
+    first_three = [next(it).request_id for _ in range(3)]
+    assert first_three == expected[:3]
+    it.close()
+    assert len(queue) == 40
+
+    # An iteration abandoned in a for loop (break) is closed too once dropped.
+    for n, request in enumerate(queue.iter_in_order()):
+        if n == 10:
+            break
+    del request
+    assert [r.request_id for r in queue.iter_in_order()] == expected  # exhausted: restored
+    assert [r.request_id for r in queue] == expected
+    assert drain(queue) == expected
+
+
+def test_dead_entries_are_compacted():
+    requests = [req(f"r{i:04d}", 1 + i % 97, i / 8) for i in range(1000)]
+    queue = filled(requests)
+    keep = requests[::100]  # 10 survivors
+    for request in requests:
+        if request not in keep:
+            queue.remove_request(request)
+    assert len(queue) == 10
+    # Compaction runs whenever the heap exceeds 2 * live + 64 entries.
+    assert len(queue._heap) <= 2 * 10 + 64
+    assert drain(queue) == [r.request_id for r in sorted(keep, key=aging_key)]
+
+
+def test_dead_entries_are_compacted_in_bulk():
+    requests = [req(f"r{i:04d}", 10, i / 8) for i in range(1000)]
+    queue = filled(requests)
+    queue.remove_requests(requests[10:])
+    assert len(queue) == 10
+    assert len(queue._heap) <= 2 * 10 + 64
+    assert [r.request_id for r in queue] == [f"r{i:04d}" for i in range(10)]
+
+
+def test_iter_is_a_sorted_snapshot(five):
+    queue = filled(five.values())
+    snapshot = iter(queue)
+    assert len(queue._heap) == 5  # taking the snapshot pops nothing
+    queue.remove_request(five["d"])
+    queue.pop_request()
+    assert [r.request_id for r in snapshot] == EXPECTED
+    assert [r.request_id for r in queue] == ["e", "a", "c"]
+
+
+def test_prepend_popped_request_restores_it(five):
+    queue = filled(five.values())
+    head = queue.pop_request()
+    assert head is five["d"] and len(queue) == 4
+    queue.prepend_request(head)
+    assert len(queue) == 5
+    assert queue.peek_request() is head
+    assert drain(queue) == EXPECTED
+
+
+def test_prepend_requests_restores_order(five):
+    queue = filled(five.values())
+    popped = [queue.pop_request() for _ in range(3)]
+    queue.prepend_requests(reversed(popped))
+    assert drain(queue) == EXPECTED
+
+
+def test_random_operations_match_a_sorted_list():
+    rng = random.Random(11)
+    queue = PolicyRequestQueue(aging_key)
+    model: list = []
+    pool = [req(f"q{i:03d}", rng.randint(1, 300), rng.randint(0, 400) / 8) for i in range(300)]
+    outside = list(pool)
+    for _ in range(3000):
+        op = rng.random()
+        if op < 0.45 and outside:
+            r = outside.pop(rng.randrange(len(outside)))
+            queue.add_request(r)
+            model.append(r)
+        elif op < 0.7 and model:
+            r = model.pop(rng.randrange(len(model)))
+            queue.remove_request(r)
+            outside.append(r)
+        elif model:
+            model.sort(key=aging_key)
+            assert queue.peek_request() is model[0]
+            r = queue.pop_request()
+            assert r is model.pop(0)
+            outside.append(r)
+        assert len(queue) == len(model)
+    model.sort(key=aging_key)
+    assert list(queue) == model
+    assert len(queue._heap) <= 2 * len(model) + 64 + 1
