@@ -13,3 +13,11 @@ def config_only_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from fairsched_plugin.adapter.offline import write_config_only_model
 
     return write_config_only_model(tmp_path_factory.mktemp("config-only-model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """The project's tiny random-weight model, built once into .cache (deterministic)."""
+    from fairsched_plugin.model.tiny import build_tiny_model
+
+    return build_tiny_model(Path(__file__).resolve().parent.parent / ".cache" / "tiny-model")

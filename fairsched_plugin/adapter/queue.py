@@ -89,17 +89,18 @@ class PolicyRequestQueue(RequestQueue):
     def iter_in_order(self) -> Generator[Request, None, None]:
         """Live requests best first, taken lazily: k requests cost O(k log n).
 
-        Pops as it goes and puts everything back when the iteration is closed or
-        exhausted, so the queue must not be modified while one is open.
+        The head is yielded without popping, so a consumer that looks at one request
+        costs nothing; going further pops, and everything popped is put back when the
+        iteration is closed or exhausted. The queue must not change while one is open.
         """
         taken: list[list] = []
         try:
-            while self._heap:
-                entry = heapq.heappop(self._heap)
-                if entry[2] is _DEAD:
-                    continue
-                taken.append(entry)
-                yield entry[2]
+            while True:
+                self._drop_dead_head()
+                if not self._heap:
+                    return
+                yield self._heap[0][2]
+                taken.append(heapq.heappop(self._heap))
         finally:
             for entry in taken:
                 heapq.heappush(self._heap, entry)

@@ -101,28 +101,26 @@ class FairSchedulingMixin:
     def _plan_step(self) -> dict[str, int]:
         """Reorder ``self.running`` and return the token caps of its partial prefills."""
         decodes: list[Request] = []
-        prefills: list[tuple[Any, Request, RequestView]] = []
-        decode_tokens = 0
-        key = self.fairsched_policy.key
+        prefills: list[Request] = []
         for request in self.running:
             if has_prefill_work(request, request.num_computed_tokens):
-                view = request_view(request)
-                prefills.append((key(view), request, view))
+                prefills.append(request)
             else:
                 decodes.append(request)
-                decode_tokens += self._decode_demand(request)
         if not prefills:
             return {}
-        prefills.sort(key=lambda item: item[0])
-        self.running[:] = decodes + [request for _key, request, _view in prefills]
+        views = {request.request_id: request_view(request) for request in prefills}
+        key = self.fairsched_policy.key
+        prefills.sort(key=lambda request: key(views[request.request_id]))
+        self.running[:] = decodes + prefills
         # Closing the generator puts back what it took from the waiting heaps, also
         # when the plan raises.
         with closing(self._waiting_views()) as waiting:
             return plan_prefill_caps(
                 self.fairsched_policy,
-                (view for _key, _request, view in prefills),
+                views.values(),
                 waiting,
-                decode_tokens=decode_tokens,
+                decode_tokens=self._decode_tokens(decodes),
                 token_budget=self.max_num_scheduled_tokens,
                 free_slots=self.max_num_active_reqs - len(self.running),
                 free_kv_tokens=self._free_kv_tokens(),
@@ -136,20 +134,21 @@ class FairSchedulingMixin:
                 for request in requests:
                     yield request_view(request)
 
-    def _decode_demand(self, request: Request) -> int:
-        """Tokens vLLM's running loop will give this decode (1 plus speculative tokens)."""
-        if (
-            request.num_output_placeholders > 0
-            and request.num_computed_tokens + 2 - request.num_output_placeholders
-            >= request.num_prompt_tokens + request.max_tokens
-        ):
-            return 0
-        return max(
-            request.num_tokens_with_spec
-            + request.num_output_placeholders
-            - request.num_computed_tokens,
-            0,
-        )
+    @staticmethod
+    def _decode_tokens(decodes: list[Request]) -> int:
+        """Tokens vLLM's running loop will give these decodes (1 plus speculative tokens
+        each), skipping, as vLLM does under async scheduling, a request whose in-flight
+        step already reaches ``max_tokens``."""
+        total = 0
+        for r in decodes:
+            placeholders = r.num_output_placeholders
+            if (
+                placeholders > 0
+                and r.num_computed_tokens + 2 - placeholders >= r.num_prompt_tokens + r.max_tokens
+            ):
+                continue
+            total += max(r.num_tokens_with_spec + placeholders - r.num_computed_tokens, 0)
+        return total
 
     def _free_kv_tokens(self) -> int:
         manager = self.kv_cache_manager

@@ -11,9 +11,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestView:
-    """What a scheduling decision may know about one request.
+    """What a scheduling decision may know about one request: a snapshot, read only.
+
+    Not ``frozen``: the adapter builds one per running prefill every step, and a frozen
+    dataclass costs about eight times as much to construct.
 
     ``num_tokens`` is prompt plus generated tokens: a preempted request must recompute
     all of them, so its remaining prefill work is ``num_tokens - computed_tokens``.

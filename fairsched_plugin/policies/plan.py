@@ -9,9 +9,8 @@ running and waiting alike, takes ``min(remaining, budget left)`` in policy order
 
 from __future__ import annotations
 
-import heapq
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from .base import OrderingPolicy, RequestView
 
@@ -50,44 +49,30 @@ def plan_prefill_caps(
         whatever the plan kept free reaches them, and any budget a planned step could not
         use (a failed allocation, a prefix-cache hit) still goes to work.
     """
-    running = sorted(running_prefills, key=policy.key)
-    caps = {view.request_id: 0 for view in running}
+    running = sorted((policy.key(view), view) for view in running_prefills)
+    caps = {view.request_id: 0 for _key, view in running}
     left = max(token_budget - decode_tokens, 0)
     if not running or left == 0:
         return caps
-    admissible = itertools.islice(waiting_in_order, max(free_slots, 0))
-    served_running = 0
-    for is_waiting, view in _merge_in_order(policy, running, admissible):
-        if left == 0 or served_running == len(running):
-            return caps
-        chunk = min(view.remaining_prefill, left)
-        if is_waiting:
-            if (view.remaining_prefill if full_sequence_must_fit else chunk) > free_kv_tokens:
-                break
+    # A two-way merge of the two streams in policy order; ties go to the running request.
+    waiting = itertools.islice(waiting_in_order, max(free_slots, 0))
+    candidate = next(waiting, None)
+    candidate_key = policy.key(candidate) if candidate is not None else None
+    index = 0
+    while index < len(running) and left > 0:
+        running_key, view = running[index]
+        if candidate is not None and candidate_key < running_key:
+            chunk = min(candidate.remaining_prefill, left)
+            need = candidate.remaining_prefill if full_sequence_must_fit else chunk
+            if need > free_kv_tokens:
+                candidate = None  # vLLM stops admitting here; the rest goes to running
+                continue
+            candidate = next(waiting, None)
+            candidate_key = policy.key(candidate) if candidate is not None else None
         else:
+            chunk = min(view.remaining_prefill, left)
             caps[view.request_id] = chunk
-            served_running += 1
+            index += 1
         left -= chunk
         free_kv_tokens -= chunk
-    for view in running[served_running:]:
-        if left == 0:
-            break
-        caps[view.request_id] = chunk = min(view.remaining_prefill, left)
-        left -= chunk
     return caps
-
-
-def _merge_in_order(
-    policy: OrderingPolicy,
-    running_sorted: list[RequestView],
-    waiting_in_order: Iterable[RequestView],
-) -> Iterator[tuple[bool, RequestView]]:
-    """Both candidate streams as one, in policy order; ties go to the running request."""
-    tagged_running = ((policy.key(v), 0, v) for v in running_sorted)
-    tagged_waiting = ((policy.key(v), 1, v) for v in waiting_in_order)
-    for _key, source, view in heapq.merge(tagged_running, tagged_waiting, key=_tag_key):
-        yield source == 1, view
-
-
-def _tag_key(item: tuple) -> tuple:
-    return item[0], item[1]

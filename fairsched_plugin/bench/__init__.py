@@ -1,0 +1,1 @@
+"""Workloads, replay, metrics and reports for comparing scheduling policies."""

@@ -1,0 +1,81 @@
+"""One streamed OpenAI completion, timed: the smallest client that proves a server works."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StreamedCompletion:
+    text: str
+    chunks: int
+    ttft_s: float
+    e2e_s: float
+    finish_reason: str | None
+    completion_tokens: int | None
+
+
+def sse_payloads(lines: Iterable[bytes]) -> Iterator[dict]:
+    """JSON payloads of a server-sent-event stream, up to ``data: [DONE]``."""
+    for raw in lines:
+        line = raw.decode("utf-8").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:"):].strip()
+        if data == "[DONE]":
+            return
+        yield json.loads(data)
+
+
+def stream_completion(
+    base_url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    *,
+    timeout_s: float = 600.0,
+    extra_body: dict | None = None,
+) -> StreamedCompletion:
+    """POST ``/v1/completions`` with ``stream`` and ``ignore_eos``; time the first chunk."""
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+        **(extra_body or {}),
+    }
+    request = urllib.request.Request(
+        base_url + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    start = time.perf_counter()
+    first = None
+    pieces: list[str] = []
+    finish_reason = None
+    completion_tokens = None
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        for payload in sse_payloads(response):
+            for choice in payload.get("choices", []):
+                if choice.get("text"):
+                    first = first if first is not None else time.perf_counter()
+                    pieces.append(choice["text"])
+                finish_reason = choice.get("finish_reason") or finish_reason
+            usage = payload.get("usage")
+            if usage:
+                completion_tokens = usage.get("completion_tokens")
+    end = time.perf_counter()
+    return StreamedCompletion(
+        text="".join(pieces),
+        chunks=len(pieces),
+        ttft_s=(first if first is not None else end) - start,
+        e2e_s=end - start,
+        finish_reason=finish_reason,
+        completion_tokens=completion_tokens,
+    )

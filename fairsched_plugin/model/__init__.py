@@ -1,0 +1,1 @@
+"""Test models built offline, so engine-level tests need no model download."""
