@@ -44,6 +44,7 @@ class AgingConfig:
 class FairschedConfig:
     policy: str = "aging"
     aging: AgingConfig = field(default_factory=AgingConfig)
+    trace_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class _Key:
     kind: type
     accepted: str
     check: Callable[[Any], bool] = lambda _value: True
+    normalise: Callable[[Any], Any] = lambda value: value
 
     @property
     def env_name(self) -> str:
@@ -63,7 +65,13 @@ def _finite(value: float) -> bool:
 
 
 KEYS: tuple[_Key, ...] = (
-    _Key("policy", str, "one of " + ", ".join(POLICY_NAMES), lambda v: v in POLICY_NAMES),
+    _Key(
+        "policy",
+        str,
+        "one of " + ", ".join(POLICY_NAMES),
+        lambda v: v in POLICY_NAMES,
+        normalise=str.lower,
+    ),
     _Key(
         "aging.alpha",
         float,
@@ -75,6 +83,11 @@ KEYS: tuple[_Key, ...] = (
         float,
         "a finite number < 0 (priority per remaining prefill token)",
         lambda v: _finite(v) and v < 0,
+    ),
+    _Key(
+        "trace_path",
+        str,
+        "a file path for the per-step JSON Lines trace (empty: no trace)",
     ),
 )
 _BY_PATH = {key.path: key for key in KEYS}
@@ -169,7 +182,7 @@ def _coerce(key: _Key, value: Any, source: str) -> Any:
         elif key.kind is str:
             if not isinstance(value, str):
                 raise TypeError
-            result = value.strip().lower()
+            result = key.normalise(value.strip())
         else:
             raise AssertionError(f"no coercion for {key.kind}")
     except (TypeError, ValueError, OverflowError):

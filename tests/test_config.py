@@ -165,7 +165,7 @@ def _error(additional=None, **env) -> str:
 
 def _names_all_keys(message: str) -> None:
     for needle in ("policy", "FAIRSCHED_POLICY", "aging.alpha", "FAIRSCHED_AGING_ALPHA",
-                   "aging.beta", "FAIRSCHED_AGING_BETA"):
+                   "aging.beta", "FAIRSCHED_AGING_BETA", "trace_path", "FAIRSCHED_TRACE_PATH"):
         assert needle in message, (needle, message)
 
 
@@ -173,7 +173,7 @@ def test_accepted_keys_lists_every_key():
     text = accepted_keys()
     _names_all_keys(text)
     assert "one of fcfs, aging" in text
-    assert len(text.splitlines()) == 3
+    assert len(text.splitlines()) == 4
 
 
 def test_unknown_key_top_level():
@@ -358,3 +358,9 @@ def test_config_file_that_is_not_utf8(tmp_path):
 def test_section_given_as_a_scalar_names_the_section():
     message = _error(fs({"aging": 5}))
     assert message == "fairsched config: 'aging' in --additional-config 'fairsched' must be a JSON object"
+
+
+def test_trace_path_keeps_its_case_and_policy_is_case_insensitive():
+    config = load(FAIRSCHED_TRACE_PATH=" /Runs/Trace.JSONL ", FAIRSCHED_POLICY="FCFS")
+    assert config.trace_path == "/Runs/Trace.JSONL"
+    assert config.policy == "fcfs"

@@ -255,3 +255,29 @@ def test_fair_scheduler_follows_vllms_scheduling_mode(config_only_model, async_s
     )
     assert type(scheduler) is (FairScheduler if async_scheduling else FairSyncScheduler)
     assert isinstance(scheduler, AsyncScheduler) == async_scheduling
+
+
+@pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
+def test_trace_records_every_step(config_only_model, tmp_path, cls):
+    import json
+
+    trace = tmp_path / "trace.jsonl"
+    config = {"fairsched": {"policy": "aging", "trace_path": str(trace)}}
+    engine = _engine(config_only_model, cls, config, max_num_seqs=8, num_blocks=4000)
+    workload = _random_workload(seed=5, count=30)
+    _run_checked(engine, workload, max_num_seqs=8)
+    engine.scheduler.shutdown()
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    busy = [r for r in engine.steps if r.output.total_num_scheduled_tokens > 0]
+    assert [r["step"] for r in records] == list(range(1, len(busy) + 1))
+    for record, step in zip(records, busy):
+        assert record["decode_tokens"] + record["prefill_tokens"] == (
+            step.output.total_num_scheduled_tokens
+        )
+        assert record["prefill_tokens"] == sum(record["prefill_chunks"])
+        assert record["num_decodes"] + record["num_prefills"] == len(
+            step.output.num_scheduled_tokens
+        )
+        assert record["step_time_s"] >= 0 and record["t_done"] >= record["t"]
+    done = [req_id for r in records for req_id in r["prefill_done"]]
+    assert sorted(done) == sorted(request.request_id for _, request in workload)

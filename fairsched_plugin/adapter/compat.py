@@ -16,6 +16,9 @@ SUPPORTED_VLLM = (Version("0.32"), Version("0.34"))
 REQUIRED_HOOKS: dict[str, tuple[str, ...]] = {
     "schedule": ("throttle_prefills",),
     "_reserve_prefill_lookahead": ("request", "num_computed_tokens", "num_new_tokens"),
+    "_update_after_schedule": ("scheduler_output",),
+    "update_from_output": ("scheduler_output", "model_runner_output"),
+    "shutdown": (),
 }
 """Scheduler methods the adapter overrides, with the parameters it relies on."""
 

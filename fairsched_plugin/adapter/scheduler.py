@@ -32,6 +32,7 @@ from ..config import load_config
 from ..policies import RequestView, make_policy, plan_prefill_caps
 from .compat import check_scheduler_hooks, check_scheduler_state, check_vllm_version
 from .queue import PolicyRequestQueue
+from .trace import StepTracer
 
 # A child of "vllm": start-up lines appear in vLLM's own log stream and format.
 logger = logging.getLogger("vllm.fairsched")
@@ -78,6 +79,8 @@ class FairSchedulingMixin:
         self.waiting = PolicyRequestQueue(self._waiting_key)
         self.kv_holding_waiting = PolicyRequestQueue(self._waiting_key)
         self._prefill_caps: dict[str, int] | None = None
+        trace_path = self.fairsched_config.trace_path
+        self._tracer = StepTracer(trace_path) if trace_path else None
         self._log_active(vllm_config)
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
@@ -94,6 +97,39 @@ class FairSchedulingMixin:
         if caps is not None and request.request_id in caps and not request.has_encoder_inputs:
             num_new_tokens = min(num_new_tokens, caps[request.request_id])
         return super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
+
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        if self._tracer is None:
+            super()._update_after_schedule(scheduler_output)
+            return
+        # Before vLLM advances num_computed_tokens: which requests were prefilling, and
+        # which of them this step finishes.
+        prefill_ids: set[str] = set()
+        finished: list[str] = []
+        for req_id, n in scheduler_output.num_scheduled_tokens.items():
+            request = self.requests[req_id]
+            if has_prefill_work(request, request.num_computed_tokens):
+                prefill_ids.add(req_id)
+                if request.num_computed_tokens + n >= request.num_tokens:
+                    finished.append(req_id)
+        super()._update_after_schedule(scheduler_output)
+        self._tracer.on_dispatch(
+            scheduler_output,
+            prefill_ids,
+            finished,
+            num_running=len(self.running),
+            num_waiting=len(self.waiting) + len(self.kv_holding_waiting),
+        )
+
+    def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any):
+        if self._tracer is not None:
+            self._tracer.on_output(scheduler_output)
+        return super().update_from_output(scheduler_output, model_runner_output)
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        if self._tracer is not None:
+            self._tracer.close()
 
     def _waiting_key(self, request: Request):
         return self.fairsched_policy.key(request_view(request))

@@ -1,0 +1,74 @@
+"""The per-step scheduler trace: one JSON line per engine step, for reports and profiling.
+
+A record is written when the step's output comes back, so it carries the measured batch
+time. Under async scheduling two batches are in flight and ``update_from_output(N)`` runs
+after ``schedule(N+1)``; the time step N spent on the device is therefore taken as
+``t_update(N) - max(t_dispatch(N), t_update(N-1))``: from when it was dispatched or the
+previous batch finished, whichever is later, to when its output arrived. In sync mode the
+second term never wins and this is plain dispatch-to-output time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from vllm.v1.core.sched.output import SchedulerOutput
+
+
+class StepTracer:
+    """Collects a record at dispatch, completes and writes it when the output returns."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Line-buffered: a server stopped by a signal still leaves every finished step.
+        self._file: TextIO = open(path, "w", buffering=1)
+        self._pending: dict[int, dict[str, Any]] = {}
+        self._last_update: float = 0.0
+        self._step = 0
+
+    def on_dispatch(
+        self,
+        output: SchedulerOutput,
+        prefill_ids: set[str],
+        finished_prefill_ids: list[str],
+        num_running: int,
+        num_waiting: int,
+    ) -> None:
+        """Called at the end of ``schedule()``; ``prefill_ids`` were prefills this step."""
+        if output.total_num_scheduled_tokens == 0:
+            return
+        scheduled = output.num_scheduled_tokens
+        chunks = [scheduled[req_id] for req_id in prefill_ids]
+        decode_tokens = output.total_num_scheduled_tokens - sum(chunks)
+        self._step += 1
+        self._pending[id(output)] = {
+            "step": self._step,
+            "t": time.time(),
+            "t_dispatch_mono": time.monotonic(),
+            "num_decodes": len(scheduled) - len(chunks),
+            "decode_tokens": decode_tokens,
+            "num_prefills": len(chunks),
+            "prefill_tokens": sum(chunks),
+            "prefill_chunks": chunks,
+            "prefill_done": finished_prefill_ids,
+            "num_running": num_running,
+            "num_waiting": num_waiting,
+        }
+
+    def on_output(self, output: SchedulerOutput) -> None:
+        """Called on entry to ``update_from_output`` for the same output object."""
+        now = time.monotonic()
+        record = self._pending.pop(id(output), None)
+        if record is not None:
+            started = max(record.pop("t_dispatch_mono"), self._last_update)
+            record["step_time_s"] = now - started
+            record["t_done"] = time.time()
+            self._file.write(json.dumps(record) + "\n")
+        self._last_update = now
+
+    def close(self) -> None:
+        self._file.close()
