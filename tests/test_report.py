@@ -1,0 +1,173 @@
+"""The report: files written, tables laid out with hand-checked numbers, plots are real PNGs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from matplotlib.image import imread  # noqa: E402
+
+from fairsched_plugin.bench.report import analyse_runs, render_markdown, write_report  # noqa: E402
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CLASSES = ("short", "short", "medium", "long")
+PROMPTS = (10, 20, 300, 2000)
+TRACE = [
+    {"step": i, "t": 0.1 * i, "step_time_s": 0.05, "num_decodes": 2, "decode_tokens": 2,
+     "num_prefills": 1, "prefill_tokens": 32, "prefill_chunks": [32],
+     "num_running": 3, "num_waiting": 0}
+    for i in range(8)
+]
+
+
+def repeat(ttft: float, e2e: float, category: str = "steady", failed: bool = False) -> dict:
+    """Four requests sent 1 s apart, 4 output tokens each, all with the same TTFT and E2E,
+    so every percentile of a repeat equals its TTFT (or E2E); makespan = 3 + e2e."""
+    requests = [
+        {"id": f"r{i}", "class": CLASSES[i], "tier": 0, "category": category,
+         "prompt_tokens": PROMPTS[i], "target_output_tokens": 4, "arrival_s": float(i),
+         "first_token_s": i + ttft, "finish_s": i + e2e, "output_tokens": 4, "error": None}
+        for i in range(4)
+    ]
+    if failed:
+        requests.append({**requests[0], "id": "lost", "first_token_s": None, "finish_s": None,
+                         "output_tokens": 0, "error": "timeout"})
+    return {"requests": requests, "trace": TRACE, "category": category, "meta": {}}
+
+
+def runs() -> dict:
+    return {
+        # TTFT 1 s and 3 s -> 2000 ± 1000 ms; E2E 4 s and 6 s -> 5000 ± 1000 ms
+        # output tok/s 16/7 = 2.286 and 16/9 = 1.778 -> 2.03 ± 0.25
+        "fcfs": [repeat(1.0, 4.0, failed=True), repeat(3.0, 6.0)],
+        # TTFT 500 ± 0 ms, E2E 3000 ± 0 ms, output tok/s 16/6 = 2.67; no trace
+        "aging a=75": [{**repeat(0.5, 3.0), "trace": []}, {**repeat(0.5, 3.0), "trace": []}],
+    }
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    write_report(out, runs(), baseline="fcfs", config={"requests": 4, "rate": 20.0})
+    return out
+
+
+def row(markdown: str, first_cell: str) -> list[str]:
+    """Cells of the first table row that starts with ``first_cell``."""
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row {first_cell!r}")
+
+
+def row_last(markdown: str, first_cell: str) -> list[str]:
+    """Cells of the last table row that starts with ``first_cell``."""
+    return row("\n".join(reversed(markdown.splitlines())), first_cell)
+
+
+def test_writes_every_file(report_dir: Path) -> None:
+    names = {p.name for p in report_dir.iterdir()}
+    assert names == {
+        "report.json", "report.md", "e2e_cdf.png", "latency_bars.png", "tail_vs_baseline.png",
+        "frontier.png", "ttft_frontier.png", "batch_efficiency.png",
+    }
+
+
+def test_pngs_are_legible_images(report_dir: Path) -> None:
+    for png in report_dir.glob("*.png"):
+        data = png.read_bytes()
+        assert data.startswith(PNG_SIGNATURE) and len(data) > 10_000, png.name
+        height, width = imread(png).shape[:2]
+        assert width >= 800 and height >= 450, png.name  # >= 8 x 4.5 in at 100 dpi
+
+
+def test_main_table(report_dir: Path) -> None:
+    markdown = (report_dir / "report.md").read_text()
+    header = row(markdown, "Arm")
+    assert header[1:5] == ["TTFT P50 (ms)", "TTFT mean (ms)", "TTFT P95 (ms)", "TTFT P99 (ms)"]
+    assert header[-2:] == ["Output tok/s", "Req/s"]
+    fcfs = row(markdown, "fcfs")
+    assert fcfs[1:5] == ["2000 ± 1000"] * 4
+    assert fcfs[5:9] == ["5000 ± 1000"] * 4
+    assert fcfs[9] == "2.03 ± 0.25"
+    aging = row(markdown, "aging a=75")
+    assert aging[1] == "500 ± 0"
+    assert aging[9] == "2.67 ± 0.00"
+
+
+def test_other_tables(report_dir: Path) -> None:
+    markdown = (report_dir / "report.md").read_text()
+    for title in ("seed 000 Table 4 layout", "seed 000 Table 9 layout", "Per request class",
+                  "seed 000 Table 10 layout", "Ratios to the baseline arm (fcfs)"):
+        assert title in markdown
+    assert row(markdown, "P99")[1:3] == ["2000 ± 1000", "500 ± 0"]  # prefill E2E = TTFT
+    assert row(markdown, "long")[:4] == ["long", "fcfs", "1", "2000 ± 1000"]
+    assert row(markdown, "Jain index, normalised latency")[1:] == ["1.00 ± 0.00"] * 2
+    assert row(markdown, "Failed requests per repeat")[1:] == ["0.5", "0"]
+    assert row(markdown, "Avg batch size (seqs)")[1:] == ["3.00 ± 0.00", "-"]
+    assert "- fcfs: 1 x `timeout`" in markdown
+    # aging / fcfs: median TTFT 0.5 / 2 = 0.25, mean E2E 3 / 5 = 0.6,
+    # output tok/s (16/6) / ((16/7 + 16/9) / 2) = 1.3125
+    ratios = row_last(markdown, "aging a=75")  # the ratio table comes after the main one
+    assert ratios == ["aging a=75", "0.25x", "0.25x", "0.25x", "0.60x", "0.60x", "1.31x"]
+    assert "Per workload category" not in markdown  # one category only
+    assert "- rate: `20.0`" in markdown
+    assert "![E2E latency CDF per arm](e2e_cdf.png)" in markdown
+
+
+def test_report_json(report_dir: Path) -> None:
+    document = json.loads((report_dir / "report.json").read_text())
+    assert document["config"] == {"requests": 4, "rate": 20.0}
+    assert document["baseline"] == "fcfs"
+    fcfs = document["arms"]["fcfs"]
+    assert len(fcfs["repeats"]) == 2
+    assert fcfs["repeats"][0]["summary"]["requests"]["failed"] == 1
+    assert fcfs["aggregate"]["latency"]["ttft_s"]["mean"]["mean"] == pytest.approx(2.0)
+    assert list(fcfs["by_category"]) == ["steady"]
+
+
+def test_categories_tables() -> None:
+    two = {
+        "fcfs": [repeat(1.0, 4.0, "steady"), repeat(2.0, 8.0, "bursty")],
+        "spf": [repeat(0.5, 3.0, "steady"), repeat(1.0, 7.0, "bursty")],
+    }
+    markdown = render_markdown(analyse_runs(two), baseline="fcfs")
+    assert "seed 002 Tables 2 and 3 layout" in markdown
+    # output tok/s: fcfs steady 16/7 = 2.29, bursty 16/11 = 1.45, mean 1.87
+    assert row(markdown, "steady")[:2] == ["steady", "2.29"]
+    assert row(markdown, "Mean over categories")[1] == "1.87"
+    # P95 E2E (ms): bursty fcfs 8 s, spf 7 s; mean over categories fcfs (4 + 8) / 2 = 6 s
+    assert row_last(markdown, "bursty")[1:] == ["8000", "7000"]
+    assert row_last(markdown, "Mean over categories")[1:] == ["6000", "5000"]
+
+
+def test_category_falls_back_to_request_field() -> None:
+    unnamed = {**repeat(1.0, 2.0, "flash-crowd"), "category": None}
+    assert list(analyse_runs({"fcfs": [unnamed]})["fcfs"]["by_category"]) == ["flash-crowd"]
+
+
+def test_main_only_and_baseline_checks() -> None:
+    analysis = analyse_runs(runs())
+    main = render_markdown(analysis, main_only=True)
+    assert main.startswith("## 1. Main comparison") and "## 2." not in main
+    with pytest.raises(ValueError, match="baseline arm 'stock'"):
+        render_markdown(analysis, baseline="stock")
+    with pytest.raises(ValueError, match="no repeats"):
+        analyse_runs({"fcfs": []})
+
+
+def test_seconds_when_latencies_are_long(tmp_path: Path) -> None:
+    markdown = write_report(tmp_path, {"fcfs": [repeat(12.0, 40.0)]}).read_text()
+    assert row(markdown, "Arm")[1] == "TTFT P50 (s)"
+    assert row(markdown, "fcfs")[1] == "12.0"  # one repeat: no ± part
+
+
+def test_no_batch_plot_without_any_trace(tmp_path: Path) -> None:
+    write_report(tmp_path, {"fcfs": [{**repeat(1.0, 2.0), "trace": []}]})
+    assert not (tmp_path / "batch_efficiency.png").exists()
+    assert (tmp_path / "frontier.png").exists()
