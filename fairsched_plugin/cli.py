@@ -1,4 +1,4 @@
-"""The ``fairsched`` command: build the tiny model, run the demo."""
+"""The ``fairsched`` command: build the tiny model and workloads, benchmark policies."""
 
 from __future__ import annotations
 
@@ -8,12 +8,16 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     from . import demo
+    from .bench import cli as bench_cli
+    from .bench import workloads
     from .model import tiny
 
     parser = argparse.ArgumentParser(prog="fairsched", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     tiny.add_cli(subparsers)
     demo.add_cli(subparsers)
+    workloads.add_cli(subparsers)
+    bench_cli.add_cli(subparsers)
     return parser
 
 

@@ -34,10 +34,14 @@ class ConfigError(ValueError):
     """A configuration value the plugin cannot run with."""
 
 
+AUTO = "auto"
+
+
 @dataclass(frozen=True)
 class AgingConfig:
-    alpha: float = 37.5
+    alpha: float | str = 37.5
     beta: float = -1.0
+    auto_factor: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class _Key:
     accepted: str
     check: Callable[[Any], bool] = lambda _value: True
     normalise: Callable[[Any], Any] = lambda value: value
+    allow_auto: bool = False
 
     @property
     def env_name(self) -> str:
@@ -75,14 +80,22 @@ KEYS: tuple[_Key, ...] = (
     _Key(
         "aging.alpha",
         float,
-        "a finite number > 0 (tokens of priority gained per second of waiting)",
-        lambda v: _finite(v) and v > 0,
+        'a finite number > 0 (tokens of priority gained per second of waiting) or "auto" '
+        "(auto_factor times the measured prefill throughput)",
+        lambda v: v == AUTO or (_finite(v) and v > 0),
+        allow_auto=True,
     ),
     _Key(
         "aging.beta",
         float,
         "a finite number < 0 (priority per remaining prefill token)",
         lambda v: _finite(v) and v < 0,
+    ),
+    _Key(
+        "aging.auto_factor",
+        float,
+        'a finite number > 0: alpha = auto_factor * prefill tokens/s when alpha is "auto"',
+        lambda v: _finite(v) and v > 0,
     ),
     _Key(
         "trace_path",
@@ -174,6 +187,8 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def _coerce(key: _Key, value: Any, source: str) -> Any:
     """Turn a JSON value or an environment string into the key's type, or fail clearly."""
+    if key.allow_auto and isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
     try:
         if key.kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):

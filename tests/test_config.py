@@ -165,7 +165,8 @@ def _error(additional=None, **env) -> str:
 
 def _names_all_keys(message: str) -> None:
     for needle in ("policy", "FAIRSCHED_POLICY", "aging.alpha", "FAIRSCHED_AGING_ALPHA",
-                   "aging.beta", "FAIRSCHED_AGING_BETA", "trace_path", "FAIRSCHED_TRACE_PATH"):
+                   "aging.beta", "FAIRSCHED_AGING_BETA", "trace_path", "FAIRSCHED_TRACE_PATH",
+                   "aging.auto_factor", "FAIRSCHED_AGING_AUTO_FACTOR"):
         assert needle in message, (needle, message)
 
 
@@ -173,7 +174,7 @@ def test_accepted_keys_lists_every_key():
     text = accepted_keys()
     _names_all_keys(text)
     assert "one of fcfs, aging" in text
-    assert len(text.splitlines()) == 4
+    assert len(text.splitlines()) == 5
 
 
 def test_unknown_key_top_level():

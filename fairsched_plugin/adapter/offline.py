@@ -9,6 +9,7 @@ scheduled request that finished its prefill samples token 1".
 from __future__ import annotations
 
 import json
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -157,8 +158,13 @@ class OfflineEngine:
     ``step_with_batch_queue``: step N+1 is scheduled before N's output is applied.
     """
 
-    def __init__(self, scheduler: Scheduler, *, in_flight: int | None = None) -> None:
+    def __init__(
+        self, scheduler: Scheduler, *, in_flight: int | None = None, model_time_s: float = 0.0
+    ) -> None:
+        """``model_time_s``: how long each fake forward pass takes (a sleep), for code that
+        measures step times."""
         self.scheduler = scheduler
+        self.model_time_s = model_time_s
         asynchronous = scheduler.scheduler_config.async_scheduling
         self.in_flight = in_flight if in_flight is not None else (2 if asynchronous else 1)
         self._queue: deque[StepRecord] = deque()
@@ -184,6 +190,8 @@ class OfflineEngine:
     def complete_oldest(self) -> None:
         """Apply the oldest in-flight batch's output, as the engine core does."""
         record = self._queue.popleft()
+        if self.model_time_s:
+            time.sleep(self.model_time_s)
         ids = list(record.output.num_scheduled_tokens)
         model_output = ModelRunnerOutput(
             req_ids=ids,

@@ -105,6 +105,14 @@ class PolicyRequestQueue(RequestQueue):
             for entry in taken:
                 heapq.heappush(self._heap, entry)
 
+    def rekey(self) -> None:
+        """Take every waiting request's key again (the policy's parameters changed): O(n)."""
+        self._heap = []
+        for request, entry in self._entries.items():
+            entry[0] = self._key(request)
+            self._heap.append(entry)
+        heapq.heapify(self._heap)
+
     def _drop_dead_head(self) -> None:
         while self._heap and self._heap[0][2] is _DEAD:
             heapq.heappop(self._heap)

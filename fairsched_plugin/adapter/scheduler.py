@@ -18,6 +18,7 @@ lowest-ranked partial prefill, or, when none is running, the most recently admit
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Generator
 from contextlib import closing
 from typing import Any
@@ -28,11 +29,17 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
-from ..config import load_config
-from ..policies import RequestView, make_policy, plan_prefill_caps
+from ..config import AUTO, load_config
+from ..policies import (
+    AutoAlpha,
+    PrefillRateEstimator,
+    RequestView,
+    make_policy,
+    plan_prefill_caps,
+)
 from .compat import check_scheduler_hooks, check_scheduler_state, check_vllm_version
 from .queue import PolicyRequestQueue
-from .trace import StepTracer
+from .steps import StepMonitor
 
 # A child of "vllm": start-up lines appear in vLLM's own log stream and format.
 logger = logging.getLogger("vllm.fairsched")
@@ -72,15 +79,23 @@ class FairSchedulingMixin:
         check_vllm_version(vllm.__version__)
         check_scheduler_hooks(Scheduler)
         vllm_config = _vllm_config_of(args, kwargs)
-        self.fairsched_config = load_config(vllm_config.additional_config)
-        self.fairsched_policy = make_policy(self.fairsched_config)
+        config = self.fairsched_config = load_config(vllm_config.additional_config)
+        self.fairsched_policy = make_policy(config, epoch=time.time())
         super().__init__(*args, **kwargs)
         check_scheduler_state(self)
         self.waiting = PolicyRequestQueue(self._waiting_key)
         self.kv_holding_waiting = PolicyRequestQueue(self._waiting_key)
         self._prefill_caps: dict[str, int] | None = None
-        trace_path = self.fairsched_config.trace_path
-        self._tracer = StepTracer(trace_path) if trace_path else None
+        listeners = []
+        self._auto_alpha: AutoAlpha | None = None
+        if config.policy == "aging" and config.aging.alpha == AUTO:
+            self._auto_alpha = AutoAlpha(config.aging.auto_factor, PrefillRateEstimator())
+            listeners.append(self._calibrate_alpha)
+        self._steps = (
+            StepMonitor(config.trace_path, listeners)
+            if config.trace_path or listeners
+            else None
+        )
         self._log_active(vllm_config)
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
@@ -99,7 +114,7 @@ class FairSchedulingMixin:
         return super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
-        if self._tracer is None:
+        if self._steps is None:
             super()._update_after_schedule(scheduler_output)
             return
         # Before vLLM advances num_computed_tokens: which requests were prefilling, and
@@ -113,7 +128,7 @@ class FairSchedulingMixin:
                 if request.num_computed_tokens + n >= request.num_tokens:
                     finished.append(req_id)
         super()._update_after_schedule(scheduler_output)
-        self._tracer.on_dispatch(
+        self._steps.on_dispatch(
             scheduler_output,
             prefill_ids,
             finished,
@@ -122,14 +137,31 @@ class FairSchedulingMixin:
         )
 
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any):
-        if self._tracer is not None:
-            self._tracer.on_output(scheduler_output)
+        if self._steps is not None:
+            self._steps.on_output(scheduler_output)
         return super().update_from_output(scheduler_output, model_runner_output)
 
     def shutdown(self) -> None:
         super().shutdown()
-        if self._tracer is not None:
-            self._tracer.close()
+        if self._steps is not None:
+            self._steps.close()
+
+    def _calibrate_alpha(self, step: dict[str, Any]) -> None:
+        """Step listener: follow the measured prefill throughput (see policies.auto_alpha).
+
+        Runs from ``update_from_output``, outside ``schedule()``, so re-keying the waiting
+        heaps cannot meet an open plan iteration."""
+        assert self._auto_alpha is not None
+        alpha = self._auto_alpha.observe(step["prefill_tokens"], step["step_time_s"])
+        if alpha is None:
+            return
+        self.fairsched_policy.set_alpha(alpha)
+        self.waiting.rekey()
+        self.kv_holding_waiting.rekey()
+        logger.info(
+            "fairsched: automatic alpha %.1f (%.2f x measured prefill %.0f tokens/s)",
+            alpha, self._auto_alpha.factor, self._auto_alpha.estimator.rate,
+        )
 
     def _waiting_key(self, request: Request):
         return self.fairsched_policy.key(request_view(request))
@@ -196,11 +228,17 @@ class FairSchedulingMixin:
         from vllm.platforms import current_platform
 
         mode_is_async = isinstance(self, AsyncScheduler)
+        policy = self.fairsched_policy.describe()
+        if self._auto_alpha is not None:
+            policy = (
+                f"aging(alpha=auto: {self._auto_alpha.factor:g} x measured prefill tokens/s, "
+                f"arrival order until measured, beta={self.fairsched_config.aging.beta:g})"
+            )
         logger.info(
             "fairsched: scheduler %s active with policy %s (vLLM %s, platform %s, "
             "%s scheduling)",
             type(self).__qualname__,
-            self.fairsched_policy.describe(),
+            policy,
             vllm.__version__,
             current_platform.device_type,
             "async" if mode_is_async else "sync",

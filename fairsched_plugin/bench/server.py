@@ -54,8 +54,12 @@ def server_command(model: str, port: int, engine_args: Sequence[str]) -> list[st
 
 
 def server_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment a CPU server needs here, plus the caller's additions."""
-    env = dict(os.environ)
+    """The environment a CPU server needs here, plus the caller's additions.
+
+    Inherited ``FAIRSCHED_*`` variables are dropped: what the server runs must be what the
+    caller asked for (a benchmark's stock arm must not pick up a policy from the shell).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")

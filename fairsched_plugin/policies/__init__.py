@@ -5,14 +5,17 @@ Nothing here imports vLLM; the adapter turns vLLM requests into :class:`RequestV
 
 from __future__ import annotations
 
-from ..config import FairschedConfig
+from ..config import AUTO, FairschedConfig
 from .aging import AgingPolicy
+from .auto_alpha import UNCALIBRATED_ALPHA, AutoAlpha, PrefillRateEstimator
 from .base import OrderingPolicy, RequestView, SortKey
 from .fcfs import FCFSPolicy
 from .plan import plan_prefill_caps
 
 __all__ = [
     "AgingPolicy",
+    "AutoAlpha",
+    "PrefillRateEstimator",
     "FCFSPolicy",
     "OrderingPolicy",
     "RequestView",
@@ -22,10 +25,15 @@ __all__ = [
 ]
 
 
-def make_policy(config: FairschedConfig) -> OrderingPolicy:
-    """The ordering policy a validated config names."""
+def make_policy(config: FairschedConfig, epoch: float = 0.0) -> OrderingPolicy:
+    """The ordering policy a validated config names (automatic alpha starts uncalibrated)."""
     if config.policy == "aging":
-        return AgingPolicy(alpha=config.aging.alpha, beta=config.aging.beta)
+        alpha = config.aging.alpha
+        return AgingPolicy(
+            alpha=UNCALIBRATED_ALPHA if alpha == AUTO else alpha,
+            beta=config.aging.beta,
+            epoch=epoch,
+        )
     if config.policy == "fcfs":
         return FCFSPolicy()
     raise ValueError(f"no policy named {config.policy!r}")

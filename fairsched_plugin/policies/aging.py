@@ -4,7 +4,9 @@ Priority ``P_i = alpha * (now - a_i) + beta * r_i`` with ``alpha > 0`` (priority
 second of waiting) and ``beta < 0`` (priority lost per remaining prefill token). Because
 ``alpha * now`` is shared by every request in a step, the order is that of the static key
 ``K_i = -alpha * a_i + beta * r_i`` (Eq. 4). We serve the largest ``K`` first; as a
-min-ordered key that is ``-K = alpha * a_i - beta * r_i``.
+min-ordered key that is ``-K = alpha * a_i - beta * r_i``. Arrival times are taken
+relative to an ``epoch`` (the order does not change) so that a large alpha times a
+wall-clock time does not swallow the remaining-work term in float rounding.
 """
 
 from __future__ import annotations
@@ -23,16 +25,23 @@ class AgingPolicy(OrderingPolicy):
 
     name = "aging"
 
-    def __init__(self, alpha: float = DEFAULT_ALPHA, beta: float = DEFAULT_BETA) -> None:
-        if not (math.isfinite(alpha) and alpha > 0):
-            raise ValueError(f"aging.alpha must be a finite number > 0, got {alpha!r}")
+    def __init__(
+        self, alpha: float = DEFAULT_ALPHA, beta: float = DEFAULT_BETA, epoch: float = 0.0
+    ) -> None:
         if not (math.isfinite(beta) and beta < 0):
             raise ValueError(f"aging.beta must be a finite number < 0, got {beta!r}")
-        self.alpha = alpha
         self.beta = beta
+        self.epoch = epoch
+        self.set_alpha(alpha)
+
+    def set_alpha(self, alpha: float) -> None:
+        """Change alpha; keys taken before are stale, so the caller re-keys its queues."""
+        if not (math.isfinite(alpha) and alpha > 0):
+            raise ValueError(f"aging.alpha must be a finite number > 0, got {alpha!r}")
+        self.alpha = alpha
 
     def value(self, view: RequestView) -> float:
-        return self.alpha * view.arrival_time - self.beta * view.remaining_prefill
+        return self.alpha * (view.arrival_time - self.epoch) - self.beta * view.remaining_prefill
 
     def priority(self, view: RequestView, now: float) -> float:
         """Eq. 1, the priority itself (larger first); for logs and tests, not for sorting."""

@@ -1,7 +1,8 @@
-"""The per-step scheduler trace: one JSON line per engine step, for reports and profiling.
+"""Per-step measurement: the batch time of every engine step, for the trace and listeners.
 
-A record is written when the step's output comes back, so it carries the measured batch
-time. Under async scheduling two batches are in flight and ``update_from_output(N)`` runs
+A record is completed when the step's output comes back, so it carries the measured batch
+time; it then goes to the JSON Lines trace (if one is configured) and to the listeners
+(the automatic Aging alpha). Under async scheduling two batches are in flight and ``update_from_output(N)`` runs
 after ``schedule(N+1)``; the time step N spent on the device is therefore taken as
 ``t_update(N) - max(t_dispatch(N), t_update(N-1))``: from when it was dispatched or the
 previous batch finished, whichever is later, to when its output arrived. In sync mode the
@@ -12,20 +13,27 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from vllm.v1.core.sched.output import SchedulerOutput
 
 
-class StepTracer:
-    """Collects a record at dispatch, completes and writes it when the output returns."""
+StepListener = Callable[[dict[str, Any]], None]
 
-    def __init__(self, path: str | Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Line-buffered: a server stopped by a signal still leaves every finished step.
-        self._file: TextIO = open(path, "w", buffering=1)
+
+class StepMonitor:
+    """Collects a record at dispatch, completes it when the output returns, hands it on."""
+
+    def __init__(self, trace_path: str | Path | None, listeners: list[StepListener]) -> None:
+        self._file: TextIO | None = None
+        if trace_path:
+            path = Path(trace_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Line-buffered: a server stopped by a signal still leaves every finished step.
+            self._file = open(path, "w", buffering=1)
+        self._listeners = listeners
         self._pending: dict[int, dict[str, Any]] = {}
         self._last_update: float = 0.0
         self._step = 0
@@ -67,8 +75,12 @@ class StepTracer:
             started = max(record.pop("t_dispatch_mono"), self._last_update)
             record["step_time_s"] = now - started
             record["t_done"] = time.time()
-            self._file.write(json.dumps(record) + "\n")
+            for listener in self._listeners:
+                listener(record)
+            if self._file is not None:
+                self._file.write(json.dumps(record) + "\n")
         self._last_update = now
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()

@@ -1,0 +1,52 @@
+"""Benchmark arms: what a policy name on the ``fairsched bench`` command line starts.
+
+``stock`` is vLLM with its own scheduler (no plugin class); every other arm runs
+``fairsched_plugin.FairScheduler`` with the named policy, e.g. ``fcfs``, ``aging``,
+``aging:alpha=150`` or ``aging:alpha=150:beta=-2``; arms are separated by commas. Parameters go to the plugin through ``FAIRSCHED_*`` environment
+variables, which (unlike ``--additional-config``) leave vLLM's compile-cache key alone, so
+arms share one compiled model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..config import POLICY_NAMES, ConfigError, load_config
+
+STOCK = "stock"
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    engine_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def parse_arm(spec: str) -> Arm:
+    """``policy[:key=value...]`` with keys relative to the policy's config section."""
+    spec = spec.strip()
+    if spec == STOCK:
+        return Arm(STOCK)
+    policy, *params = spec.split(":")
+    if policy not in POLICY_NAMES:
+        raise ConfigError(
+            f"unknown arm {spec!r}: use {STOCK!r} or one of {', '.join(POLICY_NAMES)}, "
+            "optionally with :key=value parameters (e.g. aging:alpha=150)"
+        )
+    env = {"FAIRSCHED_POLICY": policy}
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"arm {spec!r}: parameter {item!r} is not key=value")
+        env[f"FAIRSCHED_{policy}_{key}".upper().replace("-", "_")] = value
+    load_config(None, environ=env)  # fail now, not after a server start
+    return Arm(spec, ("--scheduler-cls", "fairsched_plugin.FairScheduler"), env)
+
+
+def parse_arms(text: str) -> list[Arm]:
+    arms = [parse_arm(spec) for spec in text.split(",") if spec.strip()]
+    names = [arm.name for arm in arms]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"arms must be distinct, got {names}")
+    return arms

@@ -1,0 +1,174 @@
+"""``fairsched bench``: the same workload against one server per arm, interleaved.
+
+For each repeat and arm (the order reversed on odd repeats, A-B-B-A, so slow drift in the
+machine hits every arm alike) it starts a server with identical engine arguments, waits
+until it is ready, warms it up, replays the case, saves the server's ``/metrics`` and the
+scheduler's per-step trace, stops the server, and finally writes the report. With
+``--base-url`` it replays against a server someone else started instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .arms import Arm
+from .replay import ReplayResult, replay
+from .server import running_server
+
+_INTERNAL_ID = re.compile(r"^cmpl-(?P<id>.+)-\d+(-[0-9a-f]{8})?$")
+"""vLLM's engine id for a completion: ``cmpl-<X-Request-Id>-<choice>[-<random>]``."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Engine arguments every arm shares."""
+
+    max_num_batched_tokens: int = 256
+    max_num_seqs: int = 256
+    max_model_len: int = 4096
+    dtype: str = "float32"
+    extra: tuple[str, ...] = ()
+
+    def args(self) -> list[str]:
+        return [
+            "--max-num-batched-tokens", str(self.max_num_batched_tokens),
+            "--max-num-seqs", str(self.max_num_seqs),
+            "--max-model-len", str(self.max_model_len),
+            "--dtype", self.dtype,
+            *self.extra,
+        ]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def join_prefill_done(
+    requests: list[dict[str, Any]], trace: list[dict[str, Any]], start_wall: float
+) -> int:
+    """Set ``prefill_done_s`` on each request from the trace; returns how many joined.
+
+    A preempted request finishes its prefill again after it resumes; the last time counts.
+    """
+    done: dict[str, float] = {}
+    for record in trace:
+        for internal_id in record.get("prefill_done", ()):
+            match = _INTERNAL_ID.match(internal_id)
+            if match:
+                done[match["id"]] = record["t_done"] - start_wall
+    for request in requests:
+        request["prefill_done_s"] = done.get(request["id"])
+    return sum(request["prefill_done_s"] is not None for request in requests)
+
+
+def fetch_metrics(base_url: str) -> str:
+    try:
+        with urllib.request.urlopen(base_url + "/metrics", timeout=30) as response:
+            return response.read().decode("utf-8", errors="replace")
+    except OSError as exc:
+        return f"# /metrics unavailable: {exc}\n"
+
+
+def warm_up(base_url: str, model: str, cases: Sequence[Any]) -> None:
+    """Two short requests first: the first forward passes of a fresh server are slow."""
+    warm = sorted(cases, key=lambda case: case.prompt_tokens)[:2]
+    replay(base_url, model, [_at_zero(case) for case in warm], show_progress=False)
+
+
+def _at_zero(case: Any) -> Any:
+    return replace(case, id=f"warmup-{case.id}", arrival_s=0.0, output_tokens=4)
+
+
+def save_run(
+    run_dir: Path, result: ReplayResult, trace: list[dict[str, Any]], metrics_text: str
+) -> dict[str, Any]:
+    """Write one run's files and return it in the shape the report reads."""
+    requests = [request.to_json() for request in result.requests]
+    joined = join_prefill_done(requests, trace, result.start_wall)
+    write_jsonl(run_dir / "requests.jsonl", requests)
+    (run_dir / "metrics.prom").write_text(metrics_text)
+    return {
+        "requests": requests,
+        "trace": trace,
+        "meta": {"start_wall": result.start_wall, "prefill_done_joined": joined,
+                 "dir": str(run_dir)},
+    }
+
+
+def run_arm(
+    arm: Arm,
+    model: str,
+    cases: Sequence[Any],
+    run_dir: Path,
+    engine: EngineSettings,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """One server start, warm-up, replay and stop for ``arm``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trace_path = run_dir / "trace.jsonl"
+    env = dict(arm.env)
+    if arm.engine_args:
+        env["FAIRSCHED_TRACE_PATH"] = str(trace_path.resolve())
+    args = [*engine.args(), *arm.engine_args]
+    with running_server(model, run_dir / "server.log", args, env=env) as server:
+        warm_up(server.base_url, server.model, cases)
+        mark = _trace_length(trace_path)
+        result = replay(server.base_url, server.model, cases, timeout_s=timeout_s)
+        metrics_text = fetch_metrics(server.base_url)
+    trace = read_jsonl(trace_path)[mark:]
+    return save_run(run_dir, result, trace, metrics_text)
+
+
+def _trace_length(path: Path) -> int:
+    return len(read_jsonl(path))
+
+
+def run_matrix(
+    arms: Sequence[Arm],
+    model: str,
+    cases: Sequence[Any],
+    out_dir: Path,
+    *,
+    repeat: int,
+    engine: EngineSettings,
+    timeout_s: float,
+) -> dict[str, list[dict[str, Any]]]:
+    """Every arm ``repeat`` times, interleaved A-B-B-A; returns runs per arm."""
+    runs: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
+    for r in range(repeat):
+        order = arms if r % 2 == 0 else list(reversed(arms))
+        for arm in order:
+            print(f"[repeat {r + 1}/{repeat}] arm {arm.name}", flush=True)
+            run_dir = out_dir / "runs" / _slug(arm.name) / f"r{r + 1}"
+            runs[arm.name].append(run_arm(arm, model, cases, run_dir, engine, timeout_s))
+    return runs
+
+
+def run_external(
+    base_url: str, model: str, cases: Sequence[Any], out_dir: Path, *, label: str,
+    repeat: int, timeout_s: float,
+) -> dict[str, list[dict[str, Any]]]:
+    """Replay against a server someone else runs (no trace: it is not ours to read)."""
+    runs = []
+    for r in range(repeat):
+        run_dir = out_dir / "runs" / _slug(label) / f"r{r + 1}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        result = replay(base_url, model, cases, timeout_s=timeout_s)
+        runs.append(save_run(run_dir, result, [], fetch_metrics(base_url)))
+    return {label: runs}
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
