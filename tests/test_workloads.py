@@ -416,3 +416,19 @@ def test_cli_builds_a_pool_and_lists(
     assert run_cli(["workload", "list"]) == 0
     listing = capsys.readouterr().out
     assert all(f"{name}: " in listing for name in WORKLOADS)
+
+
+def test_export_for_vllm_bench_serve_keeps_prompt_and_output_length(tmp_path):
+    requests = [
+        WorkloadRequest(id="a", arrival_s=0.0, prompt="hello there", prompt_tokens=3,
+                        output_tokens=7, tier=1, request_class="short", category="x"),
+        WorkloadRequest(id="b", arrival_s=1.5, prompt="second", prompt_tokens=2,
+                        output_tokens=9, tier=0, request_class="short", category="x"),
+    ]
+    case = tmp_path / "case.jsonl"
+    write_case(case, requests)
+    out = tmp_path / "vllm.jsonl"
+    assert workloads.main_export_vllm(argparse.Namespace(case=case, out=out)) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows == [{"prompt": "hello there", "output_tokens": 7},
+                    {"prompt": "second", "output_tokens": 9}]

@@ -816,6 +816,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                        help="override a workload parameter; VALUE is JSON (repeatable)")
     add_pool_arguments(build)
     build.set_defaults(func=main_build)
+    export = commands.add_parser(
+        "export-vllm",
+        help="write a case as vllm bench serve's custom dataset (prompt, output_tokens)",
+    )
+    export.add_argument("--case", type=Path, required=True)
+    export.add_argument("--out", type=Path, required=True, help="a .jsonl file")
+    export.set_defaults(func=main_export_vllm)
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
@@ -861,6 +868,24 @@ def pool_from_args(args: argparse.Namespace) -> PairPool:
     print(pool.stats.summary())
     print(f"pool classes: {pool.class_counts()}")
     return pool
+
+
+def vllm_custom_rows(requests: Sequence[WorkloadRequest]) -> list[dict[str, Any]]:
+    """Rows for ``vllm bench serve --dataset-name custom``: it reads only the prompt and
+    the output length, so arrival times and tiers do not carry over."""
+    return [{"prompt": r.prompt, "output_tokens": r.output_tokens} for r in requests]
+
+
+def main_export_vllm(args: argparse.Namespace) -> int:
+    """CLI entry: convert a case for ``vllm bench serve``."""
+    try:
+        rows = vllm_custom_rows(read_case(args.case))
+    except (OSError, CaseFormatError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.out.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    print(f"wrote {len(rows)} requests to {args.out}")
+    return 0
 
 
 def main_list(args: argparse.Namespace) -> int:
