@@ -58,7 +58,10 @@ def test_bench_replays_reports_and_joins_the_trace(tiny_model: Path, tmp_path: P
     trace = [json.loads(line) for line in (run_dir / "trace.jsonl").read_text().splitlines()]
     assert trace and all(record["step_time_s"] is not None for record in trace)
     assert all(r["prefill_done_s"] is not None for r in good)
-    assert all(r["arrival_s"] <= r["prefill_done_s"] <= r["first_token_s"] for r in good)
+    assert all(
+        r["arrival_s"] <= r["admitted_s"] <= r["prefill_done_s"] <= r["first_token_s"]
+        for r in good
+    )
     assert "vllm:" in (run_dir / "metrics.prom").read_text()
     report = json.loads((out / "report.json").read_text())
     summary = report["arms"]["aging"]["repeats"][0]["summary"]

@@ -208,3 +208,14 @@ def test_aggregate_repeats_of_runs(summary: dict) -> None:
     assert aggregate["requests"]["errors"]["timeout"]["mean"] == 1.0
     assert "prefill_e2e_source" not in aggregate
     assert aggregate_repeats([]) == {}
+
+
+def test_queue_time_uses_trace_admission_when_joined() -> None:
+    from fairsched_plugin.bench.metrics import request_latencies
+
+    request = {"arrival_s": 1.0, "admitted_s": 1.25, "first_token_s": 1.75, "finish_s": 3.0,
+               "output_tokens": 6, "error": None}
+    latency = request_latencies(request)
+    assert latency["queue_s"] == pytest.approx(0.25)      # 1.25 - 1.0
+    assert latency["execution_s"] == pytest.approx(1.75)  # E2E 2.0 - queue 0.25
+    assert latency["ttft_s"] == pytest.approx(0.75)

@@ -281,6 +281,8 @@ def test_trace_records_every_step(config_only_model, tmp_path, cls):
         assert record["step_time_s"] >= 0 and record["t_done"] >= record["t"]
     done = [req_id for r in records for req_id in r["prefill_done"]]
     assert sorted(done) == sorted(request.request_id for _, request in workload)
+    admitted = [req_id for r in records for req_id in r["admitted"]]
+    assert sorted(admitted) == sorted(done)
 
 
 def test_automatic_alpha_calibrates_and_rekeys_the_waiting_heap(config_only_model):

@@ -13,6 +13,10 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
 
 Because vLLM's FCFS preemption takes ``running[-1]``, the victim under KV pressure is the
 lowest-ranked partial prefill, or, when none is running, the most recently admitted decode.
+
+With a ``trace_path`` or the automatic Aging alpha, a :class:`StepMonitor` also measures
+every step, from ``_update_after_schedule`` (dispatch) to ``update_from_output`` (output
+back), and feeds the trace file and the alpha calibration.
 """
 
 from __future__ import annotations
@@ -132,6 +136,7 @@ class FairSchedulingMixin:
             scheduler_output,
             prefill_ids,
             finished,
+            [new.req_id for new in scheduler_output.scheduled_new_reqs],
             num_running=len(self.running),
             num_waiting=len(self.waiting) + len(self.kv_holding_waiting),
         )

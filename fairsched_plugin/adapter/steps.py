@@ -43,10 +43,13 @@ class StepMonitor:
         output: SchedulerOutput,
         prefill_ids: set[str],
         finished_prefill_ids: list[str],
+        admitted_ids: list[str],
         num_running: int,
         num_waiting: int,
     ) -> None:
-        """Called at the end of ``schedule()``; ``prefill_ids`` were prefills this step."""
+        """Called at the end of ``schedule()``: ``prefill_ids`` were prefills this step,
+        ``finished_prefill_ids`` complete their prompt in it, ``admitted_ids`` left the
+        waiting queue for it."""
         if output.total_num_scheduled_tokens == 0:
             return
         scheduled = output.num_scheduled_tokens
@@ -63,6 +66,7 @@ class StepMonitor:
             "prefill_tokens": sum(chunks),
             "prefill_chunks": chunks,
             "prefill_done": finished_prefill_ids,
+            "admitted": admitted_ids,
             "num_running": num_running,
             "num_waiting": num_waiting,
         }

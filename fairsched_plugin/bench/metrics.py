@@ -11,7 +11,7 @@ the run start: ``id``, ``class`` ("short" | "medium" | "long"), ``tier``, ``cate
 ``prompt_tokens``, ``target_output_tokens``, ``arrival_s`` (when it was sent),
 ``first_token_s`` (None if no token came), ``finish_s`` (None if it failed),
 ``output_tokens`` (tokens received), ``error`` (None or a message) and optionally
-``prefill_done_s`` (from the server trace, when the join worked).
+``admitted_s`` and ``prefill_done_s`` (from the server trace, when the join worked).
 
 Trace records: one mapping per engine step: ``step``, ``t``, ``step_time_s`` (None when not
 measured), ``num_decodes``, ``decode_tokens``, ``num_prefills``, ``prefill_tokens``,
@@ -30,9 +30,10 @@ Definitions
   ``prefill_e2e_source`` says which: "trace" (all completed requests), "ttft" (none),
   "mixed", or "none" (no completed request).
 - TPOT = (finish_s - first_token_s) / (output_tokens - 1), only for output_tokens > 1.
-- Queue vs execution: the client cannot see when the engine first scheduled a request, so
-  queue_s is TTFT (waiting *and* the whole prefill *and* one step: an upper bound on pure
-  queueing) and execution_s = E2E - TTFT (the decode phase after the first token).
+- Queue vs execution: queue_s = admitted_s - arrival_s, the time until the engine first
+  took the request from its waiting queue, where the trace gave ``admitted_s``; without a
+  trace the client cannot see admission and queue_s is TTFT (waiting *and* the whole
+  prefill *and* one step: an upper bound). execution_s = E2E - queue_s.
 - Latency statistics: count, mean, p50, p80, p90, p95, p99 (numpy linear interpolation) and
   max over completed requests; all None when count is 0.
 - Throughput: makespan = last finish_s of a completed request - first arrival_s of any
@@ -80,17 +81,19 @@ def request_latencies(request: Request) -> dict[str, float | None]:
     first = request.get("first_token_s")
     finish = request.get("finish_s")
     prefill_done = request.get("prefill_done_s")
+    admitted = request.get("admitted_s")
     tokens = request.get("output_tokens") or 0
     ttft = _minus(first, arrival)
     e2e = _minus(finish, arrival)
     decode_time = _minus(finish, first)
+    queue = _minus(admitted, arrival) if admitted is not None else ttft
     return {
         "ttft_s": ttft,
         "e2e_s": e2e,
         "prefill_e2e_s": _minus(prefill_done, arrival) if prefill_done is not None else ttft,
         "tpot_s": decode_time / (tokens - 1) if decode_time is not None and tokens > 1 else None,
-        "queue_s": ttft,
-        "execution_s": _minus(e2e, ttft),
+        "queue_s": queue,
+        "execution_s": _minus(e2e, queue),
     }
 
 

@@ -55,20 +55,29 @@ def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def join_prefill_done(
+def join_trace(
     requests: list[dict[str, Any]], trace: list[dict[str, Any]], start_wall: float
 ) -> int:
-    """Set ``prefill_done_s`` on each request from the trace; returns how many joined.
+    """Set ``admitted_s`` and ``prefill_done_s`` on each request from the scheduler's trace
+    (seconds from the run start); returns how many requests were found in it.
 
-    A preempted request finishes its prefill again after it resumes; the last time counts.
+    Admission is the first step that took the request from the waiting queue; prefill done
+    is the end of the last step that completed its prompt (a preempted request prefills
+    again after it resumes).
     """
+    admitted: dict[str, float] = {}
     done: dict[str, float] = {}
     for record in trace:
+        for internal_id in record.get("admitted", ()):
+            match = _INTERNAL_ID.match(internal_id)
+            if match:
+                admitted.setdefault(match["id"], record["t"] - start_wall)
         for internal_id in record.get("prefill_done", ()):
             match = _INTERNAL_ID.match(internal_id)
             if match:
                 done[match["id"]] = record["t_done"] - start_wall
     for request in requests:
+        request["admitted_s"] = admitted.get(request["id"])
         request["prefill_done_s"] = done.get(request["id"])
     return sum(request["prefill_done_s"] is not None for request in requests)
 
@@ -96,13 +105,13 @@ def save_run(
 ) -> dict[str, Any]:
     """Write one run's files and return it in the shape the report reads."""
     requests = [request.to_json() for request in result.requests]
-    joined = join_prefill_done(requests, trace, result.start_wall)
+    joined = join_trace(requests, trace, result.start_wall)
     write_jsonl(run_dir / "requests.jsonl", requests)
     (run_dir / "metrics.prom").write_text(metrics_text)
     return {
         "requests": requests,
         "trace": trace,
-        "meta": {"start_wall": result.start_wall, "prefill_done_joined": joined,
+        "meta": {"start_wall": result.start_wall, "trace_joined": joined,
                  "dir": str(run_dir)},
     }
 
