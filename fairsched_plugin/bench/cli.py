@@ -11,11 +11,12 @@ from ..config import ConfigError
 from .arms import parse_arms
 from .report import analyse_runs, render_markdown, write_report
 from .runner import EngineSettings, run_external, run_matrix
-from .pairs import PairPool, build_pool, read_pool, write_pool
+from .pairs import PairPool, read_pool, write_pool
 from .workloads import (
     WORKLOADS,
     WorkloadRequest,
     add_pool_arguments,
+    build_pool_from_args,
     build_workload,
     case_summary,
     parse_overrides,
@@ -68,15 +69,7 @@ def load_pool(args: argparse.Namespace) -> PairPool:
     """The saved pool at ``--pool`` if there is one, else a new one (saved there if given)."""
     if args.pool and args.pool.exists():
         return read_pool(args.pool)
-    pool = build_pool(
-        args.model_dir,
-        args.sharegpt,
-        max_prompt_tokens=args.pair_cap,
-        max_output_tokens=args.pair_cap,
-        max_pairs=args.max_pairs,
-        tier_weights=args.tier_weights,
-    )
-    print(pool.stats.summary())
+    pool = build_pool_from_args(args)
     if args.pool:
         args.pool.parent.mkdir(parents=True, exist_ok=True)
         write_pool(args.pool, pool)

@@ -852,20 +852,23 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return overrides
 
 
-def pool_from_args(args: argparse.Namespace) -> PairPool:
-    """Read the saved pool or build one, and print how it was built."""
-    if getattr(args, "pool", None):
-        pool = read_pool(args.pool)
-    else:
-        pool = build_pool(
-            args.model_dir,
-            args.sharegpt,
-            max_prompt_tokens=args.pair_cap,
-            max_output_tokens=args.pair_cap,
-            max_pairs=args.max_pairs,
-            tier_weights=args.tier_weights,
-        )
+def build_pool_from_args(args: argparse.Namespace) -> PairPool:
+    """Build a pool as the pool-building options say, and print how it was built."""
+    pool = build_pool(
+        args.model_dir,
+        args.sharegpt,
+        max_prompt_tokens=args.pair_cap,
+        max_output_tokens=args.pair_cap,
+        max_pairs=args.max_pairs,
+        tier_weights=args.tier_weights,
+    )
     print(pool.stats.summary())
+    return pool
+
+
+def pool_from_args(args: argparse.Namespace) -> PairPool:
+    """Read the saved pool or build one, and print its class mix."""
+    pool = read_pool(args.pool) if getattr(args, "pool", None) else build_pool_from_args(args)
     print(f"pool classes: {pool.class_counts()}")
     return pool
 
