@@ -17,6 +17,7 @@ from fairsched_plugin.config import (
     load_config,
 )
 from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, make_policy
+from fairsched_plugin.policies.auto_alpha import UNCALIBRATED_ALPHA
 
 
 def load(additional=None, **env):
@@ -33,9 +34,9 @@ def fs(section):
 
 def test_defaults():
     config = load()
-    assert config == FairschedConfig(policy="aging", aging=AgingConfig(alpha=37.5, beta=-1.0))
+    assert config == FairschedConfig(policy="aging", aging=AgingConfig(alpha="auto", beta=-1.0))
     assert config.policy == "aging"
-    assert config.aging.alpha == 37.5
+    assert config.aging.alpha == "auto"
     assert config.aging.beta == -1.0
 
 
@@ -64,7 +65,8 @@ def test_explicit_environ_ignores_process_environment(monkeypatch):
 def test_make_policy_from_config():
     policy = make_policy(load())
     assert isinstance(policy, AgingPolicy)
-    assert (policy.alpha, policy.beta) == (37.5, -1.0)
+    # The default alpha is automatic: uncalibrated (arrival order) until measured.
+    assert (policy.alpha, policy.beta) == (UNCALIBRATED_ALPHA, -1.0)
     assert isinstance(make_policy(load(fs({"policy": "fcfs"}))), FCFSPolicy)
     aging = make_policy(load(fs({"aging": {"alpha": 2, "beta": -0.5}})))
     assert (aging.alpha, aging.beta) == (2.0, -0.5)
@@ -81,7 +83,7 @@ def test_additional_config_nested():
 
 def test_additional_config_partial_section_keeps_other_defaults():
     config = load(fs({"aging": {"beta": -3}}))
-    assert config.aging == AgingConfig(alpha=37.5, beta=-3.0)
+    assert config.aging == AgingConfig(alpha="auto", beta=-3.0)
     assert config.policy == "aging"
 
 
@@ -142,7 +144,7 @@ def test_precedence_defaults_lt_config_env_lt_vars_lt_additional_config(tmp_path
     config = load_config(fs({"policy": "aging"}), environ=env)
     assert config == FairschedConfig("aging", AgingConfig(2.0, -2.5))
     # Keys nobody sets keep their defaults.
-    assert load_config(environ={"FAIRSCHED_AGING_BETA": "-3"}).aging.alpha == 37.5
+    assert load_config(environ={"FAIRSCHED_AGING_BETA": "-3"}).aging.alpha == "auto"
 
 
 def test_precedence_with_config_file(tmp_path):
