@@ -21,8 +21,21 @@ from .arms import Arm
 from .replay import ReplayResult, replay
 from .server import running_server
 
-_INTERNAL_ID = re.compile(r"^cmpl-(?P<id>.+)-\d+(-[0-9a-f]{8})?$")
-"""vLLM's engine id for a completion: ``cmpl-<X-Request-Id>-<choice>[-<random>]``."""
+
+
+def case_id_of(internal_id: str, case_ids: set[str]) -> str | None:
+    """The case id inside vLLM's engine id for a completion, which is
+    ``cmpl-<X-Request-Id>-<choice>-<8 random characters>`` (without the random part when
+    ``VLLM_DISABLE_REQUEST_ID_RANDOMIZATION`` is set). Matching against the known ids
+    avoids guessing whether a numeric tail is the choice index or the random part."""
+    if not internal_id.startswith("cmpl-"):
+        return None
+    stem = internal_id[len("cmpl-"):]
+    for parts in (3, 2):
+        candidate = stem.rsplit("-", parts - 1)[0]
+        if candidate in case_ids:
+            return candidate
+    return None
 
 
 @dataclass(frozen=True)
@@ -65,17 +78,16 @@ def join_trace(
     is the end of the last step that completed its prompt (a preempted request prefills
     again after it resumes).
     """
+    case_ids = {request["id"] for request in requests}
     admitted: dict[str, float] = {}
     done: dict[str, float] = {}
     for record in trace:
         for internal_id in record.get("admitted", ()):
-            match = _INTERNAL_ID.match(internal_id)
-            if match:
-                admitted.setdefault(match["id"], record["t"] - start_wall)
+            if (case_id := case_id_of(internal_id, case_ids)) is not None:
+                admitted.setdefault(case_id, record["t"] - start_wall)
         for internal_id in record.get("prefill_done", ()):
-            match = _INTERNAL_ID.match(internal_id)
-            if match:
-                done[match["id"]] = record["t_done"] - start_wall
+            if (case_id := case_id_of(internal_id, case_ids)) is not None:
+                done[case_id] = record["t_done"] - start_wall
     for request in requests:
         request["admitted_s"] = admitted.get(request["id"])
         request["prefill_done_s"] = done.get(request["id"])
