@@ -39,12 +39,12 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class AgingConfig:
-    """Aging's parameters. ``alpha`` defaults to the automatic setting, which measured
-    better than the paper's fixed 37.5 on every tail metric (docs/results.md)."""
+    """Aging's parameters. ``alpha`` defaults to the automatic setting with factor 0.25,
+    the setting that measured best on the CPU engine (docs/results.md)."""
 
     alpha: float | str = AUTO
     beta: float = -1.0
-    auto_factor: float = 0.5
+    auto_factor: float = 0.25
 
 
 @dataclass(frozen=True)

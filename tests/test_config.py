@@ -367,3 +367,11 @@ def test_trace_path_keeps_its_case_and_policy_is_case_insensitive():
     config = load(FAIRSCHED_TRACE_PATH=" /Runs/Trace.JSONL ", FAIRSCHED_POLICY="FCFS")
     assert config.trace_path == "/Runs/Trace.JSONL"
     assert config.policy == "fcfs"
+
+
+def test_example_config_file_is_valid():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "fairsched.json"
+    config = load(FAIRSCHED_POLICY="aging", FAIRSCHED_CONFIG=str(example))
+    assert config.aging.alpha == "auto" and config.trace_path == "fairsched-trace.jsonl"

