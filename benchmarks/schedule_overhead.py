@@ -38,8 +38,17 @@ from fairsched_plugin.adapter.offline import (
 SIZES = (100, 1_000, 10_000)
 
 
+ARMS = {
+    "stock": (AsyncScheduler, {}),
+    "fcfs": (FairScheduler, {"policy": "fcfs"}),
+    "aging": (FairScheduler, {"policy": "aging", "aging": {"alpha": 37.5}}),
+    # The automatic alpha also times every step (StepMonitor) to measure prefill speed.
+    "auto": (FairScheduler, {"policy": "aging", "aging": {"alpha": "auto"}}),
+}
+
+
 def _engine(
-    cls, model_dir: Path, policy: str, waiting: int, workload: str
+    cls, model_dir: Path, config: dict, waiting: int, workload: str
 ) -> OfflineEngine:
     scheduler = make_scheduler(
         cls,
@@ -48,7 +57,7 @@ def _engine(
         max_num_batched_tokens=512,
         num_blocks=200_000,
         async_scheduling=True,
-        additional_config={"fairsched": {"policy": policy}},
+        additional_config={"fairsched": config},
     )
     engine = OfflineEngine(scheduler)
     rng = random.Random(waiting)
@@ -73,9 +82,8 @@ def _timed_step(engine: OfflineEngine) -> tuple[int, int]:
 
 def measure(model_dir: Path, waiting: int, steps: int, workload: str) -> dict[str, dict]:
     arms = {
-        "stock": _engine(AsyncScheduler, model_dir, "aging", waiting, workload),
-        "fcfs": _engine(FairScheduler, model_dir, "fcfs", waiting, workload),
-        "aging": _engine(FairScheduler, model_dir, "aging", waiting, workload),
+        name: _engine(cls, model_dir, config, waiting, workload)
+        for name, (cls, config) in ARMS.items()
     }
     samples: dict[str, list[tuple[int, int]]] = {name: [] for name in arms}
     for _ in range(steps):
@@ -97,19 +105,20 @@ def main() -> None:
     args = parser.parse_args()
     model_dir = write_config_only_model(Path(tempfile.mkdtemp()) / "model")
     print(f"schedule() per call, medians over {args.steps} interleaved steps "
-          "(budget 512 tokens, max_num_seqs 256); ratios are against stock")
-    print(f"{'workload':>8} {'waiting':>7} {'stock us':>9} {'fcfs us':>8} {'aging us':>9} "
-          f"{'fcfs x':>7} {'aging x':>8} {'reqs/step s/f/a':>17} {'aging x per req':>15}")
+          "(budget 512 tokens, max_num_seqs 256); x = ratio to stock; "
+          "aging = alpha 37.5, auto = alpha auto")
+    print(f"{'workload':>8} {'waiting':>7} {'stock us':>9} {'fcfs x':>7} {'aging x':>8} "
+          f"{'auto x':>7} {'reqs/step s/f/a/u':>18} {'aging x per req':>15}")
     for workload in ("uniform", "mixed"):
         for waiting in SIZES:
             m = measure(model_dir, waiting, args.steps, workload)
-            stock, fcfs, aging = m["stock"], m["fcfs"], m["aging"]
-            reqs = "/".join(f"{m[name]['scheduled']:.0f}" for name in ("stock", "fcfs", "aging"))
+            stock = m["stock"]["step_us"]
+            reqs = "/".join(f"{m[name]['scheduled']:.0f}" for name in ARMS)
             print(
-                f"{workload:>8} {waiting:>7} {stock['step_us']:>9.1f} {fcfs['step_us']:>8.1f} "
-                f"{aging['step_us']:>9.1f} {fcfs['step_us'] / stock['step_us']:>7.2f} "
-                f"{aging['step_us'] / stock['step_us']:>8.2f} {reqs:>17} "
-                f"{aging['per_request_us'] / stock['per_request_us']:>15.2f}",
+                f"{workload:>8} {waiting:>7} {stock:>9.1f} "
+                f"{m['fcfs']['step_us'] / stock:>7.2f} {m['aging']['step_us'] / stock:>8.2f} "
+                f"{m['auto']['step_us'] / stock:>7.2f} {reqs:>18} "
+                f"{m['aging']['per_request_us'] / m['stock']['per_request_us']:>15.2f}",
                 flush=True,
             )
 
