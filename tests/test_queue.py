@@ -10,27 +10,18 @@ pytest.importorskip("vllm")
 
 from fairsched_plugin.adapter.offline import make_request  # noqa: E402
 from fairsched_plugin.adapter.queue import PolicyRequestQueue  # noqa: E402
-from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, RequestView  # noqa: E402
+from fairsched_plugin.adapter.scheduler import request_view  # noqa: E402
+from fairsched_plugin.policies import AgingPolicy, FCFSPolicy  # noqa: E402
 
 AGING = AgingPolicy(alpha=1.0, beta=-1.0)  # value = arrival + remaining prompt
 
 
-def view_of(request) -> RequestView:
-    return RequestView(
-        request_id=request.request_id,
-        arrival_time=request.arrival_time,
-        prompt_tokens=request.num_prompt_tokens,
-        computed_tokens=request.num_computed_tokens,
-        output_tokens=request.num_output_tokens,
-    )
-
-
 def aging_key(request):
-    return AGING.key(view_of(request))
+    return AGING.key(request_view(request))
 
 
 def fcfs_key(request):
-    return FCFSPolicy().key(view_of(request))
+    return FCFSPolicy().key(request_view(request))
 
 
 def req(rid: str, prompt: int, arrival: float):
