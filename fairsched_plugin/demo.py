@@ -16,9 +16,8 @@ from pathlib import Path
 from .bench.openai_stream import stream_completion
 from .bench.server import running_server
 from .bench.sharegpt import iter_conversations
-from .model.tiny import build_tiny_model
+from .model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
 
-DEFAULT_MODEL_DIR = Path(".cache/tiny-model")
 ACTIVE_MARKER = "fairsched: scheduler"
 
 

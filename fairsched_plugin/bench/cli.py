@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 from ..config import ConfigError
+from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
 from .arms import parse_arms
+from .pairs import PairPool, read_pool, write_pool
 from .report import analyse_runs, render_markdown, write_report
 from .runner import EngineSettings, run_external, run_matrix
-from .pairs import PairPool, read_pool, write_pool
 from .workloads import (
     WORKLOADS,
     WorkloadRequest,
@@ -24,7 +25,6 @@ from .workloads import (
     write_case,
 )
 
-DEFAULT_MODEL_DIR = Path(".cache/tiny-model")
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -94,11 +94,8 @@ def load_cases(args: argparse.Namespace) -> list[WorkloadRequest]:
 def main(args: argparse.Namespace) -> int:
     try:
         arms = parse_arms(args.arms)
-        if args.base_url is None:
-            from ..model.tiny import build_tiny_model
-
-            if args.model_dir == DEFAULT_MODEL_DIR:
-                build_tiny_model(args.model_dir)
+        if args.base_url is None and args.model_dir == DEFAULT_MODEL_DIR:
+            build_tiny_model(args.model_dir)
         cases = load_cases(args)
     except (ConfigError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

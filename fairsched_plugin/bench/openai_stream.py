@@ -19,16 +19,35 @@ class StreamedCompletion:
     completion_tokens: int | None
 
 
+def streamed_completion_body(model: str, prompt: str, max_tokens: int) -> dict:
+    """A ``/v1/completions`` request for exactly ``max_tokens`` streamed tokens, with a
+    final usage chunk that says how many came."""
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def sse_payload(raw: bytes) -> dict | None:
+    """The JSON payload of one server-sent-event line; None for any other line and for
+    the closing ``data: [DONE]``."""
+    line = raw.decode("utf-8").strip()
+    if not line.startswith("data:"):
+        return None
+    data = line[len("data:"):].strip()
+    return None if data == "[DONE]" else json.loads(data)
+
+
 def sse_payloads(lines: Iterable[bytes]) -> Iterator[dict]:
-    """JSON payloads of a server-sent-event stream, up to ``data: [DONE]``."""
+    """JSON payloads of a server-sent-event stream."""
     for raw in lines:
-        line = raw.decode("utf-8").strip()
-        if not line.startswith("data:"):
-            continue
-        data = line[len("data:"):].strip()
-        if data == "[DONE]":
-            return
-        yield json.loads(data)
+        payload = sse_payload(raw)
+        if payload is not None:
+            yield payload
 
 
 def stream_completion(
@@ -41,15 +60,7 @@ def stream_completion(
     extra_body: dict | None = None,
 ) -> StreamedCompletion:
     """POST ``/v1/completions`` with ``stream`` and ``ignore_eos``; time the first chunk."""
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "stream": True,
-        "ignore_eos": True,
-        "stream_options": {"include_usage": True},
-        **(extra_body or {}),
-    }
+    body = {**streamed_completion_body(model, prompt, max_tokens), **(extra_body or {})}
     request = urllib.request.Request(
         base_url + "/v1/completions",
         data=json.dumps(body).encode(),

@@ -20,6 +20,8 @@ from typing import Any
 import aiohttp
 from tqdm import tqdm
 
+from .openai_stream import sse_payload, streamed_completion_body
+
 
 @dataclass
 class RequestResult:
@@ -70,15 +72,8 @@ async def _one(
         request_class=case.request_class,
     )
     await asyncio.sleep(max(0.0, start + case.arrival_s - time.time()))
-    body = {
-        "model": model,
-        "prompt": case.prompt,
-        "max_tokens": case.output_tokens,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "priority": case.tier,
-    }
+    body = {**streamed_completion_body(model, case.prompt, case.output_tokens),
+            "priority": case.tier}
     result.sent_s = time.time() - start
     chunks = 0
     try:
@@ -92,10 +87,9 @@ async def _one(
                 result.error = f"HTTP {response.status}: {(await response.text())[:200]}"
                 return result
             async for raw in response.content:
-                line = raw.decode("utf-8").strip()
-                if not line.startswith("data:") or line == "data: [DONE]":
+                payload = sse_payload(raw)
+                if payload is None:
                     continue
-                payload = json.loads(line[5:])
                 if any(choice.get("text") for choice in payload.get("choices", [])):
                     chunks += 1
                     if result.first_token_s is None:

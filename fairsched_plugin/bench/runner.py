@@ -58,10 +58,14 @@ class EngineSettings:
         ]
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, offset: int = 0) -> list[dict[str, Any]]:
+    """The records of a JSON Lines file from byte ``offset`` on; none if it is missing."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    with open(path, "rb") as file:
+        file.seek(offset)
+        lines = file.read().decode("utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -145,15 +149,11 @@ def run_arm(
     args = [*engine.args(), *arm.engine_args]
     with running_server(model, run_dir / "server.log", args, env=env) as server:
         warm_up(server.base_url, server.model, cases)
-        mark = _trace_length(trace_path)
+        mark = trace_path.stat().st_size if trace_path.exists() else 0
         result = replay(server.base_url, server.model, cases, timeout_s=timeout_s)
         metrics_text = fetch_metrics(server.base_url)
-    trace = read_jsonl(trace_path)[mark:]
+    trace = read_jsonl(trace_path, offset=mark)
     return save_run(run_dir, result, trace, metrics_text)
-
-
-def _trace_length(path: Path) -> int:
-    return len(read_jsonl(path))
 
 
 def run_matrix(

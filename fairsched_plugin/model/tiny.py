@@ -49,6 +49,10 @@ CHAT_TEMPLATE = (
 )
 
 
+DEFAULT_MODEL_DIR = Path(".cache/tiny-model")
+"""Where the CLI tools build and look for the tiny model (relative to the working dir)."""
+
+
 @dataclass(frozen=True)
 class TinyModelParams:
     """Everything a build depends on; recorded in the provenance file."""
