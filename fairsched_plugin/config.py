@@ -27,7 +27,12 @@ from typing import Any
 ENV_PREFIX = "FAIRSCHED_"
 CONFIG_ENV = "FAIRSCHED_CONFIG"
 ADDITIONAL_CONFIG_KEY = "fairsched"
-POLICY_NAMES = ("fcfs", "aging")
+POLICY_NAMES = (
+    "fcfs", "aging", "fifo", "tier", "spf", "lpf", "srtf", "aging-spf", "estf", "af-lcb",
+)
+SERVICE_MODES = ("budget", "ranked")
+MEMORY_PROVIDERS = ("auto", "torch", "nvml", "kv_cache")
+PREDICTOR_PROVIDERS = ("cpu", "cuda", "cann")
 
 
 class ConfigError(ValueError):
@@ -48,9 +53,63 @@ class AgingConfig:
 
 
 @dataclass(frozen=True)
+class AgingSPFConfig:
+    """Aging shortest-prompt-first: ``rate`` prompt tokens of priority per second waited."""
+
+    rate: float = 100.0
+
+
+@dataclass(frozen=True)
+class ESTFConfig:
+    """Estimated shortest tokens first: the estimate before ``min_samples`` completions."""
+
+    prior_output_tokens: float = 128.0
+    min_samples: int = 5
+
+
+@dataclass(frozen=True)
+class AFLCBConfig:
+    """Adaptive fair LCB (formula in docs/policies.md)."""
+
+    z: float = 1.0
+    prompt_weight: float = 0.1
+    age_rate: float = 50.0
+    tier_weight: float = 0.5
+    tier_half_life_s: float = 10.0
+    kv_threshold: float = 0.8
+    kv_weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Per-step profiling for the latency predictor: off while ``path`` is empty."""
+
+    path: str = ""
+    memory: str = "auto"
+
+
+@dataclass(frozen=True)
+class PredictorConfig:
+    """The ONNX latency model and how ONNX Runtime runs it."""
+
+    path: str = ""
+    provider: str = "cpu"
+    device_id: int = 0
+    threads: int = 1
+    allow_memory_mismatch: bool = False
+
+
+@dataclass(frozen=True)
 class FairschedConfig:
     policy: str = "aging"
+    service: str = "budget"
+    max_batch_size: int = 16
     aging: AgingConfig = field(default_factory=AgingConfig)
+    aging_spf: AgingSPFConfig = field(default_factory=AgingSPFConfig)
+    estf: ESTFConfig = field(default_factory=ESTFConfig)
+    af_lcb: AFLCBConfig = field(default_factory=AFLCBConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    predictor: PredictorConfig = field(default_factory=PredictorConfig)
     trace_path: str = ""
 
 
@@ -72,14 +131,30 @@ def _finite(value: float) -> bool:
     return math.isfinite(value)
 
 
+def _positive(value: float) -> bool:
+    return _finite(value) and value > 0
+
+
+def _non_negative(value: float) -> bool:
+    return _finite(value) and value >= 0
+
+
+def _one_of(names: tuple[str, ...]) -> tuple[str, Callable[[Any], bool]]:
+    return "one of " + ", ".join(names), lambda v: v in names
+
+
 KEYS: tuple[_Key, ...] = (
+    _Key("policy", str, *_one_of(POLICY_NAMES), normalise=str.lower),
     _Key(
-        "policy",
+        "service",
         str,
-        "one of " + ", ".join(POLICY_NAMES),
-        lambda v: v in POLICY_NAMES,
+        '"budget" (vLLM\'s token budget decides how many requests run) or "ranked" '
+        "(each step serves at most max_batch_size requests in policy order)",
+        lambda v: v in SERVICE_MODES,
         normalise=str.lower,
     ),
+    _Key("max_batch_size", int, "an integer >= 1 (requests served per step when ranked)",
+         lambda v: v >= 1),
     _Key(
         "aging.alpha",
         float,
@@ -100,6 +175,39 @@ KEYS: tuple[_Key, ...] = (
         'a finite number > 0: alpha = auto_factor * prefill tokens/s when alpha is "auto"',
         lambda v: _finite(v) and v > 0,
     ),
+    _Key("aging_spf.rate", float, "a finite number > 0 (prompt tokens per second waited)",
+         _positive),
+    _Key("estf.prior_output_tokens", float,
+         "a finite number > 0 (estimated output tokens before enough completions)", _positive),
+    _Key("estf.min_samples", int, "an integer >= 1 (completions before an average is used)",
+         lambda v: v >= 1),
+    _Key("af_lcb.z", float, "a finite number >= 0 (standard errors below the mean)",
+         _non_negative),
+    _Key("af_lcb.prompt_weight", float,
+         "a finite number >= 0 (work per remaining prompt token, in output tokens)",
+         _non_negative),
+    _Key("af_lcb.age_rate", float, "a finite number > 0 (tokens of work forgiven per second "
+         "waited)", _positive),
+    _Key("af_lcb.tier_weight", float,
+         "a finite number >= 0 (work forgiven per token of tier deficit)", _non_negative),
+    _Key("af_lcb.tier_half_life_s", float,
+         "a finite number > 0 (half-life of the per-tier service counters)", _positive),
+    _Key("af_lcb.kv_threshold", float, "a number in [0, 1) (KV usage where pressure starts)",
+         lambda v: 0 <= v < 1),
+    _Key("af_lcb.kv_weight", float,
+         "a finite number >= 0 (penalty per token of KV footprint at full pressure)",
+         _non_negative),
+    _Key("profile.path", str,
+         "a file path for the per-step predictor profile, CSV (empty: no profiling)"),
+    _Key("profile.memory", str, *_one_of(MEMORY_PROVIDERS), normalise=str.lower),
+    _Key("predictor.path", str, "the path of an ONNX latency model (empty: none)"),
+    _Key("predictor.provider", str, *_one_of(PREDICTOR_PROVIDERS), normalise=str.lower),
+    _Key("predictor.device_id", int, "an integer >= 0 (CUDA or NPU device index)",
+         lambda v: v >= 0),
+    _Key("predictor.threads", int, "an integer >= 1 (ONNX Runtime intra-op threads)",
+         lambda v: v >= 1),
+    _Key("predictor.allow_memory_mismatch", bool,
+         "true or false (serve a model profiled with another memory provider)"),
     _Key(
         "trace_path",
         str,
@@ -197,6 +305,12 @@ def _coerce(key: _Key, value: Any, source: str) -> Any:
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                 raise TypeError
             result: Any = float(value)
+        elif key.kind is int:
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise TypeError
+            result = int(value)
+        elif key.kind is bool:
+            result = _to_bool(value)
         elif key.kind is str:
             if not isinstance(value, str):
                 raise TypeError
@@ -212,6 +326,17 @@ def _coerce(key: _Key, value: Any, source: str) -> Any:
             f"fairsched config: {key.path} from {source} must be {key.accepted}; got {value!r}"
         )
     return result
+
+
+def _to_bool(value: Any) -> bool:
+    """JSON booleans, or the usual spellings in an environment variable."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
 
 
 def _build(values: Mapping[str, Any]) -> FairschedConfig:
