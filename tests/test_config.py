@@ -12,6 +12,7 @@ from fairsched_plugin.config import (
     CONFIG_ENV,
     AgingConfig,
     ConfigError,
+    KEYS,
     FairschedConfig,
     accepted_keys,
     load_config,
@@ -134,15 +135,15 @@ def test_precedence_defaults_lt_config_env_lt_vars_lt_additional_config(tmp_path
     }
     # FAIRSCHED_CONFIG alone.
     only_json = load_config(environ={CONFIG_ENV: env[CONFIG_ENV]})
-    assert only_json == FairschedConfig("fcfs", AgingConfig(1.0, -1.5))
+    assert only_json == FairschedConfig("fcfs", aging=AgingConfig(1.0, -1.5))
     # Per-key variables override FAIRSCHED_CONFIG, key by key.
-    assert load_config(environ=env) == FairschedConfig("fcfs", AgingConfig(2.0, -2.5))
+    assert load_config(environ=env) == FairschedConfig("fcfs", aging=AgingConfig(2.0, -2.5))
     assert load_config(environ={**env, "FAIRSCHED_AGING_BETA": "-9"}).aging.beta == -9.0
     # --additional-config beats both, key by key; keys it does not name keep lower sources.
     config = load_config(fs({"aging": {"alpha": 3}}), environ=env)
-    assert config == FairschedConfig("fcfs", AgingConfig(3.0, -2.5))
+    assert config == FairschedConfig("fcfs", aging=AgingConfig(3.0, -2.5))
     config = load_config(fs({"policy": "aging"}), environ=env)
-    assert config == FairschedConfig("aging", AgingConfig(2.0, -2.5))
+    assert config == FairschedConfig("aging", aging=AgingConfig(2.0, -2.5))
     # Keys nobody sets keep their defaults.
     assert load_config(environ={"FAIRSCHED_AGING_BETA": "-3"}).aging.alpha == "auto"
 
@@ -175,8 +176,8 @@ def _names_all_keys(message: str) -> None:
 def test_accepted_keys_lists_every_key():
     text = accepted_keys()
     _names_all_keys(text)
-    assert "one of fcfs, aging" in text
-    assert len(text.splitlines()) == 5
+    assert "one of fcfs, aging, fifo, tier, spf, lpf, srtf, aging-spf, estf, af-lcb" in text
+    assert len(text.splitlines()) == len(KEYS)
 
 
 def test_unknown_key_top_level():
@@ -375,3 +376,33 @@ def test_example_config_file_is_valid():
     example = Path(__file__).resolve().parent.parent / "examples" / "fairsched.json"
     config = load(FAIRSCHED_POLICY="aging", FAIRSCHED_CONFIG=str(example))
     assert config.aging.alpha == "auto" and config.trace_path == "fairsched-trace.jsonl"
+
+
+# --------------------------------------------------------------------------- new kinds
+
+
+def test_int_and_bool_keys_from_env_and_json():
+    config = load(fs({"max_batch_size": 8, "predictor": {"allow_memory_mismatch": True}}),
+                  FAIRSCHED_ESTF_MIN_SAMPLES="3", FAIRSCHED_PREDICTOR_THREADS="2")
+    assert (config.max_batch_size, config.estf.min_samples, config.predictor.threads) == (8, 3, 2)
+    assert config.predictor.allow_memory_mismatch is True
+    assert load(FAIRSCHED_PREDICTOR_ALLOW_MEMORY_MISMATCH="off").predictor.allow_memory_mismatch \
+        is False
+
+
+@pytest.mark.parametrize(
+    "section, needle",
+    [
+        ({"max_batch_size": 0}, "max_batch_size"),
+        ({"max_batch_size": 2.5}, "max_batch_size"),
+        ({"max_batch_size": True}, "max_batch_size"),
+        ({"service": "round-robin"}, "service"),
+        ({"predictor": {"allow_memory_mismatch": "maybe"}}, "predictor.allow_memory_mismatch"),
+        ({"predictor": {"provider": "tpu"}}, "predictor.provider"),
+        ({"af_lcb": {"kv_threshold": 1.0}}, "af_lcb.kv_threshold"),
+        ({"aging_spf": {"rate": 0}}, "aging_spf.rate"),
+        ({"profile": {"memory": "gpu"}}, "profile.memory"),
+    ],
+)
+def test_new_keys_reject_bad_values(section, needle):
+    assert needle in _error(fs(section))
