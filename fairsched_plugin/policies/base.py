@@ -44,14 +44,19 @@ SortKey = tuple[float, float, str]
 
 
 class OrderingPolicy(ABC):
-    """Decides which prefill candidate is served first.
+    """Decides which request is served first.
 
     ``key`` must not depend on the current time: the waiting queue keeps requests in a
-    heap under the key they had when inserted, and running partial prefills are re-keyed
-    each step as their remaining work shrinks. Smaller keys are served first.
+    heap under the key they had when inserted, and running requests are re-keyed each step
+    as their remaining work shrinks. A policy whose keys follow online statistics (output
+    length estimates, per-tier service, KV pressure) snapshots them in :meth:`refresh`, and
+    says when it did so that the adapter re-keys its waiting queues. Smaller keys are
+    served first.
     """
 
     name: str
+    tracks_service = False
+    """True when the policy wants :meth:`observe_arrival` and :meth:`observe_service`."""
 
     @abstractmethod
     def value(self, view: RequestView) -> float:
@@ -64,3 +69,19 @@ class OrderingPolicy(ABC):
     def describe(self) -> str:
         """One line for the start-up log."""
         return self.name
+
+    def refresh(self, now: float, kv_usage: float) -> bool:
+        """Take a new snapshot of the online state the keys read, at the start of a step.
+
+        Returns True when keys given before may have changed (the caller re-keys the
+        waiting queues). ``kv_usage`` is the used fraction of the KV cache."""
+        return False
+
+    def observe_finished(self, view: RequestView) -> None:
+        """A request finished normally with ``view.output_tokens`` generated."""
+
+    def observe_arrival(self, view: RequestView) -> None:
+        """A new request arrived (only called when ``tracks_service``)."""
+
+    def observe_service(self, priority: int, tokens: int) -> None:
+        """A request of tier ``priority`` got ``tokens`` in a step (when ``tracks_service``)."""

@@ -1,4 +1,9 @@
-"""First come, first served: vLLM's stock order, expressed as a policy key."""
+"""Arrival order: vLLM's stock FCFS (``fcfs``) and the seed-002 FIFO baseline (``fifo``).
+
+The two are the same order; ``fifo`` exists under the seed's name so that its comparison
+tables read as published, and a run with both arms shows the noise between identical
+schedulers.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,10 @@ from .base import OrderingPolicy, RequestView
 
 
 class FCFSPolicy(OrderingPolicy):
-    """Arrival order across running and waiting prefills."""
+    """Arrival order across running and waiting requests."""
 
-    name = "fcfs"
+    def __init__(self, name: str = "fcfs") -> None:
+        self.name = name
 
     def value(self, view: RequestView) -> float:
         return view.arrival_time
