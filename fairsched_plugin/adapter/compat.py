@@ -19,11 +19,16 @@ REQUIRED_HOOKS: dict[str, tuple[str, ...]] = {
     "_update_after_schedule": ("scheduler_output",),
     "update_from_output": ("scheduler_output", "model_runner_output"),
     "shutdown": (),
+    "add_request": ("request",),
+    "_free_request": ("request",),
+    "_preempt_request": ("request", "timestamp"),
+    "get_kv_cache_usage": (),
 }
 """Scheduler methods the adapter overrides, with the parameters it relies on."""
 
 REQUIRED_ATTRIBUTES = ("running", "waiting", "kv_holding_waiting", "kv_cache_manager",
-                       "max_num_scheduled_tokens", "max_num_active_reqs", "block_size")
+                       "max_num_scheduled_tokens", "max_num_active_reqs", "block_size",
+                       "requests", "requires_kv_delivery")
 
 
 class UnsupportedVllmError(RuntimeError):

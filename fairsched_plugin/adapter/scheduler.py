@@ -1,18 +1,24 @@
-"""vLLM scheduler subclasses that order prefills by a fairsched policy.
+"""vLLM scheduler subclasses that order requests by a fairsched policy.
 
 vLLM's ``schedule()`` is wrapped, never copied. Per step:
 
-1. the running list is reordered in place: decodes first (their relative order kept), then
-   running partial prefills by policy key, best first;
-2. the plan (``policies.plan_prefill_caps``) gives each running partial prefill the tokens
+1. the policy refreshes the online state its keys read (output-length estimates, tier
+   service, KV pressure); when that changed, the waiting heaps are re-keyed;
+2. with ``service: ranked`` (the seed-002 semantics), only the top ``max_batch_size``
+   requests by key, running and waiting together, are served: running requests outside the
+   top are hidden from vLLM's loop for the step (keeping their KV cache) and admissions
+   are capped at the waiting requests inside it;
+3. the running list is reordered in place: decodes first, then partial prefills, each by
+   policy key, best first;
+4. the plan (``policies.plan_prefill_caps``) gives each running partial prefill the tokens
    the residual budget leaves it once every better-ranked candidate, waiting requests
    included, has taken its share;
-3. vLLM's own ``schedule()`` runs; its per-request hook ``_reserve_prefill_lookahead``
+5. vLLM's own ``schedule()`` runs; its per-request hook ``_reserve_prefill_lookahead``
    returns ``min(n, cap)`` for running partial prefills (0 skips one for this step), and
    the waiting queue, a heap on the same key, admits in policy order.
 
 Because vLLM's FCFS preemption takes ``running[-1]``, the victim under KV pressure is the
-lowest-ranked partial prefill, or, when none is running, the most recently admitted decode.
+lowest-ranked partial prefill, or, when none is running, the lowest-ranked decode.
 
 With a ``trace_path`` or the automatic Aging alpha, a :class:`StepMonitor` also measures
 every step, from ``_update_after_schedule`` (dispatch) to ``update_from_output`` (output
@@ -31,7 +37,7 @@ import vllm
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 
 from ..config import AUTO, load_config
 from ..policies import (
@@ -40,6 +46,7 @@ from ..policies import (
     RequestView,
     make_policy,
     plan_prefill_caps,
+    ranked_service,
 )
 from .compat import check_scheduler_hooks, check_scheduler_state, check_vllm_version
 from .queue import PolicyRequestQueue
@@ -47,6 +54,10 @@ from .steps import StepMonitor
 
 # A child of "vllm": start-up lines appear in vLLM's own log stream and format.
 logger = logging.getLogger("vllm.fairsched")
+
+COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
+"""Finished on their own: their output length is a sample for the estimators (an aborted
+request's is not)."""
 
 
 def request_view(request: Request) -> RequestView:
@@ -90,6 +101,8 @@ class FairSchedulingMixin:
         self.waiting = PolicyRequestQueue(self._waiting_key)
         self.kv_holding_waiting = PolicyRequestQueue(self._waiting_key)
         self._prefill_caps: dict[str, int] | None = None
+        self._ranked = config.service == "ranked"
+        self._hidden: list[Request] = []
         listeners = []
         self._auto_alpha: AutoAlpha | None = None
         if config.policy == "aging" and config.aging.alpha == AUTO:
@@ -103,11 +116,32 @@ class FairSchedulingMixin:
         self._log_active(vllm_config)
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
-        self._prefill_caps = self._plan_step()
+        policy = self.fairsched_policy
+        if policy.refresh(time.time(), self.get_kv_cache_usage()):
+            self.waiting.rekey()
+            self.kv_holding_waiting.rekey()
+        views = {request.request_id: request_view(request) for request in self.running}
+        max_active = self.max_num_active_reqs
         try:
+            if self._ranked:
+                self._hidden = self._hide_unranked(views)
+            self._prefill_caps = self._plan_step(views)
             return super().schedule(throttle_prefills)
         finally:
             self._prefill_caps = None
+            self.max_num_active_reqs = max_active
+            self.running.extend(self._hidden)
+            self._hidden = []
+
+    def add_request(self, request: Request) -> None:
+        super().add_request(request)
+        if self.fairsched_policy.tracks_service:
+            self.fairsched_policy.observe_arrival(request_view(request))
+
+    def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        if request.status in COMPLETED:
+            self.fairsched_policy.observe_finished(request_view(request))
+        return super()._free_request(request, *args, **kwargs)
 
     def _reserve_prefill_lookahead(
         self, request: Request, num_computed_tokens: int, num_new_tokens: int
@@ -118,6 +152,9 @@ class FairSchedulingMixin:
         return super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        if self.fairsched_policy.tracks_service:
+            for req_id, n in scheduler_output.num_scheduled_tokens.items():
+                self.fairsched_policy.observe_service(self.requests[req_id].priority, n)
         if self._steps is None:
             super()._update_after_schedule(scheduler_output)
             return
@@ -137,7 +174,7 @@ class FairSchedulingMixin:
             prefill_ids,
             finished,
             [new.req_id for new in scheduler_output.scheduled_new_reqs],
-            num_running=len(self.running),
+            num_running=len(self.running) + len(self._hidden),
             num_waiting=len(self.waiting) + len(self.kv_holding_waiting),
         )
 
@@ -171,7 +208,32 @@ class FairSchedulingMixin:
     def _waiting_key(self, request: Request):
         return self.fairsched_policy.key(request_view(request))
 
-    def _plan_step(self) -> dict[str, int]:
+    def _hide_unranked(self, views: dict[str, RequestView]) -> list[Request]:
+        """Ranked service: keep in ``self.running`` only the running requests in the top
+        ``max_batch_size``, cap admissions at the waiting ones in it, and return the rest
+        (put back after the step). Under KV pressure the worst-ranked hidden requests are
+        preempted, so the served ones can always grow."""
+        with closing(self._waiting_views()) as waiting:
+            step = ranked_service(
+                self.fairsched_policy, views.values(), waiting,
+                self.fairsched_config.max_batch_size,
+            )
+        key = self.fairsched_policy.key
+        hidden = [r for r in self.running if r.request_id not in step.served_running]
+        hidden.sort(key=lambda request: key(views[request.request_id]))
+        self.running[:] = [r for r in self.running if r.request_id in step.served_running]
+        self.max_num_active_reqs = min(
+            self.max_num_active_reqs, len(self.running) + step.admissions
+        )
+        needed = -(-self.max_num_scheduled_tokens // self.block_size) + len(self.running)
+        while hidden and self.kv_cache_manager.block_pool.get_num_free_blocks() < needed:
+            victim = hidden.pop()
+            self._preempt_request(
+                victim, time.monotonic(), drop_stale_output=self.requires_kv_delivery
+            )
+        return hidden
+
+    def _plan_step(self, views: dict[str, RequestView]) -> dict[str, int]:
         """Reorder ``self.running`` and return the token caps of its partial prefills."""
         decodes: list[Request] = []
         prefills: list[Request] = []
@@ -180,18 +242,18 @@ class FairSchedulingMixin:
                 prefills.append(request)
             else:
                 decodes.append(request)
-        if not prefills:
-            return {}
-        views = {request.request_id: request_view(request) for request in prefills}
         key = self.fairsched_policy.key
+        decodes.sort(key=lambda request: key(views[request.request_id]))
         prefills.sort(key=lambda request: key(views[request.request_id]))
         self.running[:] = decodes + prefills
+        if not prefills:
+            return {}
         # Closing the generator puts back what it took from the waiting heaps, also
         # when the plan raises.
         with closing(self._waiting_views()) as waiting:
             return plan_prefill_caps(
                 self.fairsched_policy,
-                views.values(),
+                [views[request.request_id] for request in prefills],
                 waiting,
                 decode_tokens=self._decode_tokens(decodes),
                 token_budget=self.max_num_scheduled_tokens,
@@ -239,6 +301,8 @@ class FairSchedulingMixin:
                 f"aging(alpha=auto: {self._auto_alpha.factor:g} x measured prefill tokens/s, "
                 f"arrival order until measured, beta={self.fairsched_config.aging.beta:g})"
             )
+        if self._ranked:
+            policy += f", ranked service (max_batch_size={self.fairsched_config.max_batch_size})"
         logger.info(
             "fairsched: scheduler %s active with policy %s (vLLM %s, platform %s, "
             "%s scheduling)",
