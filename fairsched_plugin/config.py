@@ -74,7 +74,7 @@ class AFLCBConfig:
     z: float = 1.0
     prompt_weight: float = 0.1
     age_rate: float = 50.0
-    tier_weight: float = 0.5
+    tier_weight: float = 256.0
     tier_half_life_s: float = 10.0
     kv_threshold: float = 0.8
     kv_weight: float = 1.0
@@ -189,7 +189,7 @@ KEYS: tuple[_Key, ...] = (
     _Key("af_lcb.age_rate", float, "a finite number > 0 (tokens of work forgiven per second "
          "waited)", _positive),
     _Key("af_lcb.tier_weight", float,
-         "a finite number >= 0 (work forgiven per token of tier deficit)", _non_negative),
+         "a finite number >= 0 (tokens of work forgiven to a tier owed its whole share)", _non_negative),
     _Key("af_lcb.tier_half_life_s", float,
          "a finite number > 0 (half-life of the per-tier service counters)", _positive),
     _Key("af_lcb.kv_threshold", float, "a number in [0, 1) (KV usage where pressure starts)",
