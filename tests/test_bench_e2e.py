@@ -68,3 +68,31 @@ def test_bench_replays_reports_and_joins_the_trace(tiny_model: Path, tmp_path: P
     assert summary["requests"]["completed"] == 12 and summary["requests"]["failed"] == 1
     for name in ("report.md", "e2e_cdf.png", "ttft_frontier.png"):
         assert (out / name).stat().st_size > 0
+
+
+def test_bench_replays_several_workloads_per_server_in_ranked_mode(
+    tiny_model: Path, tmp_path: Path
+):
+    """One server start replays two generated workloads, with af-lcb under the seed's
+    ranked service; the report has the per-category tables."""
+    out = tmp_path / "suite"
+    code = main([
+        "bench", "--arms", "af-lcb", "--workload", "steady_short,bursty_conversational",
+        "--num-requests", "8", "--max-output-tokens", "32", "--max-prompt-tokens", "600",
+        "--service", "ranked", "--max-batch-size", "3", "--max-pairs", "400",
+        "--tier-weights", "0.5,0.5",
+        "--model-dir", str(tiny_model), "--max-model-len", "1024", "--out", str(out),
+    ])
+    assert code == 0
+    for name in ("steady_short", "bursty_conversational"):
+        run_dir = out / "runs" / "af-lcb" / "r1" / name
+        requests = [json.loads(line)
+                    for line in (run_dir / "requests.jsonl").read_text().splitlines()]
+        assert len(requests) == 8 and all(r["error"] is None for r in requests)
+        assert all(r["output_tokens"] == r["target_output_tokens"] for r in requests)
+    trace = [json.loads(line) for line in
+             (out / "runs" / "af-lcb" / "r1" / "trace.jsonl").read_text().splitlines()]
+    assert max(record["num_decodes"] + record["num_prefills"] for record in trace) <= 3
+    markdown = (out / "report.md").read_text()
+    assert "seed 002 Tables 2 and 3 layout" in markdown
+    assert "ranked service" in (out / "runs" / "af-lcb" / "r1" / "server.log").read_text()

@@ -171,3 +171,17 @@ def test_no_batch_plot_without_any_trace(tmp_path: Path) -> None:
     write_report(tmp_path, {"fcfs": [{**repeat(1.0, 2.0), "trace": []}]})
     assert not (tmp_path / "batch_efficiency.png").exists()
     assert (tmp_path / "frontier.png").exists()
+
+
+def test_several_categories_draw_the_per_category_tail_plot(tmp_path: Path) -> None:
+    two = {
+        "fifo": [repeat(1.0, 4.0, "steady"), repeat(2.0, 8.0, "bursty")],
+        "spf": [repeat(0.5, 3.0, "steady"), repeat(1.0, 7.0, "bursty")],
+    }
+    write_report(tmp_path, two)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "(tail_vs_baseline_by_category.png)" in markdown
+    assert (tmp_path / "tail_vs_baseline_by_category.png").stat().st_size > 0
+    single = {"fifo": [repeat(1.0, 4.0, "steady")], "spf": [repeat(0.5, 3.0, "steady")]}
+    write_report(tmp_path / "one", single)
+    assert not (tmp_path / "one" / "tail_vs_baseline_by_category.png").exists()

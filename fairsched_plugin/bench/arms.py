@@ -9,7 +9,8 @@ arms share one compiled model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from ..config import POLICY_NAMES, ConfigError, load_config
 
@@ -50,3 +51,21 @@ def parse_arms(text: str) -> list[Arm]:
     if len(set(names)) != len(names):
         raise ConfigError(f"arms must be distinct, got {names}")
     return arms
+
+
+def with_plugin_settings(arms: list[Arm], settings: Mapping[str, str]) -> list[Arm]:
+    """The same arms with shared plugin settings (``FAIRSCHED_*`` variables) added to
+    every plugin arm; refused when a ``stock`` arm could not honour them."""
+    if not settings:
+        return arms
+    if any(arm.name == STOCK for arm in arms):
+        raise ConfigError(
+            f"{', '.join(sorted(settings))} cannot apply to the {STOCK!r} arm (vLLM's own "
+            "scheduler); leave it out or drop these settings"
+        )
+    out = []
+    for arm in arms:
+        env = {**arm.env, **settings}
+        load_config(None, environ=env)
+        out.append(replace(arm, env=env))
+    return out

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
-from .arms import parse_arms
+from ..config import SERVICE_MODES
+from .arms import parse_arms, with_plugin_settings
 from .pairs import PairPool, read_pool, write_pool
 from .report import analyse_runs, render_markdown, write_report
 from .runner import EngineSettings, run_external, run_matrix
@@ -29,12 +30,15 @@ from .workloads import (
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser(
-        "bench", help="replay one workload against a server per policy and write a report"
+        "bench", help="replay workloads against a server per policy and write a report"
     )
     bench.add_argument("--arms", "--policies", dest="arms", default="fcfs,aging",
                        help="comma-separated: stock, fcfs, aging, aging:alpha=150 ...")
     case = bench.add_mutually_exclusive_group(required=True)
-    case.add_argument("--workload", choices=list(WORKLOADS), help="generate this workload")
+    case.add_argument("--workload", type=_workload_names, metavar="NAME[,NAME...]",
+                      help="generate these workloads (one server start per arm replays all; "
+                           f"{SEED002_SUITE!r} = the eight seed-002 categories): "
+                           + ", ".join(WORKLOADS))
     case.add_argument("--case", type=Path, help="replay this case file (JSONL)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--num-requests", type=int)
@@ -55,6 +59,10 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--max-num-seqs", type=int, default=256)
     bench.add_argument("--max-model-len", type=int, default=4096)
     bench.add_argument("--dtype", default="float32")
+    bench.add_argument("--service", choices=SERVICE_MODES,
+                       help="plugin service mode for every plugin arm (FAIRSCHED_SERVICE)")
+    bench.add_argument("--max-batch-size", type=int,
+                       help="requests served per step with --service ranked")
     bench.add_argument("--engine-arg", action="append", default=[],
                        help="extra vLLM argument, repeatable (e.g. --engine-arg=--enforce-eager)")
     bench.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")
@@ -76,24 +84,62 @@ def load_pool(args: argparse.Namespace) -> PairPool:
     return pool
 
 
-def load_cases(args: argparse.Namespace) -> list[WorkloadRequest]:
+SEED002_SUITE = "seed002"
+SEED002_CATEGORIES = (
+    "steady_short", "steady_mixed", "bursty_conversational", "bursty_long",
+    "flash_crowd", "low_load", "short_long_mix", "uniform",
+)
+"""The eight seed-002 workload categories, in the order of the seed's tables."""
+
+
+def _workload_names(text: str) -> list[str]:
+    names: list[str] = []
+    for name in (part.strip() for part in text.split(",") if part.strip()):
+        names.extend(SEED002_CATEGORIES if name == SEED002_SUITE else [name])
+    unknown = [name for name in names if name not in WORKLOADS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown workload(s) {unknown or text!r}; choose from {', '.join(WORKLOADS)} "
+            f"or {SEED002_SUITE!r}"
+        )
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"workloads must be distinct, got {names}")
+    return names
+
+
+def load_cases(args: argparse.Namespace) -> dict[str, list[WorkloadRequest]]:
+    """The cases to replay, by name: one case file, or each generated workload."""
     if args.case:
-        return read_case(args.case)
-    return build_workload(
-        args.workload,
-        load_pool(args),
-        seed=args.seed,
-        num_requests=args.num_requests,
-        rate_scale=args.rate_scale,
-        max_prompt_tokens=args.max_prompt_tokens,
-        max_output_tokens=args.max_output_tokens,
-        overrides=parse_overrides(args.param),
-    )
+        return {args.case.stem: read_case(args.case)}
+    pool = load_pool(args)
+    return {
+        name: build_workload(
+            name,
+            pool,
+            seed=args.seed,
+            num_requests=args.num_requests,
+            rate_scale=args.rate_scale,
+            max_prompt_tokens=args.max_prompt_tokens,
+            max_output_tokens=args.max_output_tokens,
+            overrides=parse_overrides(args.param),
+        )
+        for name in args.workload
+    }
+
+
+def plugin_settings(args: argparse.Namespace) -> dict[str, str]:
+    """``FAIRSCHED_*`` settings shared by every plugin arm."""
+    settings = {}
+    if args.service:
+        settings["FAIRSCHED_SERVICE"] = args.service
+    if args.max_batch_size is not None:
+        settings["FAIRSCHED_MAX_BATCH_SIZE"] = str(args.max_batch_size)
+    return settings
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        arms = parse_arms(args.arms)
+        arms = with_plugin_settings(parse_arms(args.arms), plugin_settings(args))
         if args.base_url is None and args.model_dir == DEFAULT_MODEL_DIR:
             build_tiny_model(args.model_dir)
         cases = load_cases(args)
@@ -101,8 +147,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    write_case(args.out / "case.jsonl", cases)
-    print(case_summary(cases), flush=True)
+    for name, case in cases.items():
+        write_case(args.out / (f"case-{name}.jsonl" if len(cases) > 1 else "case.jsonl"), case)
+        print(f"{name}: {case_summary(case)}", flush=True)
     engine = EngineSettings(
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs,
@@ -123,8 +170,9 @@ def main(args: argparse.Namespace) -> int:
     config = {
         "command": " ".join(["fairsched", *sys.argv[1:]]),
         "arms": [arm.name for arm in arms] if not args.base_url else [args.label],
-        "workload": args.workload or str(args.case),
-        "case": case_summary(cases),
+        "workload": ",".join(args.workload) if args.workload else str(args.case),
+        "case": {name: case_summary(case) for name, case in cases.items()},
+        "plugin_settings": plugin_settings(args),
         "engine_args": engine.args(),
         "repeat": args.repeat,
     }

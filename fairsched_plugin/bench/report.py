@@ -239,7 +239,7 @@ def _header(analysis: Mapping[str, Any], baseline: str, config: Mapping[str, Any
     lines = [
         "# Scheduling policy comparison",
         "",
-        f"- Arms (repeats): {repeats}",
+        f"- Arms (runs: repeats x workload categories): {repeats}",
         f"- Baseline arm: {baseline}",
         f"- Workload categories: {', '.join(_categories(analysis))}",
     ]
@@ -427,11 +427,12 @@ def _category_table(
 
 
 def _figure(
-    columns: int = 1, width: float = 8.0, height: float = 5.0
+    columns: int = 1, width: float = 8.0, height: float = 5.0, rows: int = 1
 ) -> tuple[Figure, list[Axes]]:
+    """A figure and its axes, row by row."""
     figure = Figure(figsize=(width, height), dpi=PNG_DPI, layout="constrained")
     FigureCanvasAgg(figure)
-    return figure, list(figure.subplots(1, columns, squeeze=False)[0])
+    return figure, list(figure.subplots(rows, columns, squeeze=False).flat)
 
 
 def _colors(arms: Iterable[str]) -> dict[str, str]:
@@ -531,6 +532,39 @@ def _plot_tail_ratios(
     figure.savefig(path)
 
 
+def _plot_category_tail_ratios(
+    path: Path, analysis: Mapping[str, Any], baseline: str, colors: Mapping[str, str]
+) -> None:
+    """Seed 002 Figure 4: P95 and P99 E2E latency of each arm over the baseline's, per
+    workload category and as the geometric mean over categories."""
+    categories = _categories(analysis)
+    groups = [*categories, "geo-mean"]
+    figure, axes = _figure(width=max(10.0, 0.3 * len(groups) * len(analysis)), height=7.0,
+                           rows=2)
+    reference = analysis[baseline]["by_category"]
+    for ax, quantile in zip(axes, ("p95", "p99")):
+        stats: dict[str, list[Stat | None]] = {}
+        for arm, a in analysis.items():
+            ratios = [
+                _relative(_stat(a["by_category"].get(c), "latency", "e2e_s", quantile),
+                          _mean(reference.get(c), "latency", "e2e_s", quantile))
+                for c in categories
+            ]
+            means = [r["mean"] for r in ratios if r is not None and r["mean"] > 0]
+            geo = float(np.exp(np.mean(np.log(means)))) if means else None
+            summary = None if geo is None else {"n": len(means), "mean": geo, "min": geo,
+                                                 "max": geo, "spread": 0.0}
+            stats[arm] = [*ratios, summary]
+        _grouped_bars(ax, groups, stats, colors)
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
+        ax.set_ylabel(f"{quantile.upper()} E2E / {baseline}")
+        ax.tick_params(axis="x", labelrotation=15)
+    axes[0].legend(ncol=min(len(analysis), 5), fontsize="small")
+    figure.suptitle(f"P95 and P99 E2E latency normalised to {baseline}, per workload category "
+                    "(below 1.0 is better)")
+    figure.savefig(path)
+
+
 def _labelled_points(
     ax: Axes, points: Mapping[str, tuple[Stat | None, Stat | None]], baseline: str,
     colors: Mapping[str, str], x_scale: float, y_scale: float,
@@ -622,6 +656,10 @@ def _write_figures(
     _plot_tail_ratios(out_dir / figures[2][0], analysis, baseline, colors)
     _plot_frontier(out_dir / figures[3][0], analysis, baseline, colors)
     _plot_ttft_frontier(out_dir / figures[4][0], analysis, baseline, colors)
+    if len(_categories(analysis)) > 1:
+        figures.append(("tail_vs_baseline_by_category.png",
+                        f"P95 and P99 E2E normalised to {baseline} per category (seed 002 Fig. 4)"))
+        _plot_category_tail_ratios(out_dir / figures[-1][0], analysis, baseline, colors)
     traced = (_mean(a["aggregate"], "batch", "avg_batch_size") for a in analysis.values())
     if any(value is not None for value in traced):
         figures.append(("batch_efficiency.png", "Batch efficiency per arm"))

@@ -1,10 +1,11 @@
-"""``fairsched bench``: the same workload against one server per arm, interleaved.
+"""``fairsched bench``: the same workloads against one server per arm, interleaved.
 
 For each repeat and arm (the order reversed on odd repeats, A-B-B-A, so slow drift in the
 machine hits every arm alike) it starts a server with identical engine arguments, waits
-until it is ready, warms it up, replays the case, saves the server's ``/metrics`` and the
-scheduler's per-step trace, stops the server, and finally writes the report. With
-``--base-url`` it replays against a server someone else started instead.
+until it is ready, warms it up, replays each workload case in turn (one server start for
+all of them: starting is the slow part on a CPU), saves the server's ``/metrics`` and the
+scheduler's per-step trace per case, stops the server, and finally writes the report.
+With ``--base-url`` it replays against a server someone else started instead.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -117,77 +118,97 @@ def _at_zero(case: Any) -> Any:
 
 
 def save_run(
-    run_dir: Path, result: ReplayResult, trace: list[dict[str, Any]], metrics_text: str
+    run_dir: Path,
+    result: ReplayResult,
+    trace: list[dict[str, Any]],
+    metrics_text: str,
+    category: str | None = None,
 ) -> dict[str, Any]:
     """Write one run's files and return it in the shape the report reads."""
     requests = [request.to_json() for request in result.requests]
     joined = join_trace(requests, trace, result.start_wall)
     write_jsonl(run_dir / "requests.jsonl", requests)
     (run_dir / "metrics.prom").write_text(metrics_text)
-    return {
+    run = {
         "requests": requests,
         "trace": trace,
         "meta": {"start_wall": result.start_wall, "trace_joined": joined,
                  "dir": str(run_dir)},
     }
+    if category is not None:
+        run["category"] = category
+    return run
 
 
 def run_arm(
     arm: Arm,
     model: str,
-    cases: Sequence[Any],
+    cases: Mapping[str, Sequence[Any]],
     run_dir: Path,
     engine: EngineSettings,
     timeout_s: float,
-) -> dict[str, Any]:
-    """One server start, warm-up, replay and stop for ``arm``."""
+) -> list[dict[str, Any]]:
+    """One server start and warm-up for ``arm``, then each named case replayed in turn
+    (each finishes before the next starts); one run per case, in the given order."""
     run_dir.mkdir(parents=True, exist_ok=True)
     trace_path = run_dir / "trace.jsonl"
     env = dict(arm.env)
     if arm.engine_args:
         env["FAIRSCHED_TRACE_PATH"] = str(trace_path.resolve())
     args = [*engine.args(), *arm.engine_args]
+    runs = []
+    single = len(cases) == 1
     with running_server(model, run_dir / "server.log", args, env=env) as server:
-        warm_up(server.base_url, server.model, cases)
-        mark = trace_path.stat().st_size if trace_path.exists() else 0
-        result = replay(server.base_url, server.model, cases, timeout_s=timeout_s)
-        metrics_text = fetch_metrics(server.base_url)
-    trace = read_jsonl(trace_path, offset=mark)
-    return save_run(run_dir, result, trace, metrics_text)
+        warm_up(server.base_url, server.model, next(iter(cases.values())))
+        for name, case in cases.items():
+            case_dir = run_dir if single else run_dir / _slug(name)
+            case_dir.mkdir(parents=True, exist_ok=True)
+            mark = trace_path.stat().st_size if trace_path.exists() else 0
+            result = replay(server.base_url, server.model, case, timeout_s=timeout_s)
+            trace = read_jsonl(trace_path, offset=mark)
+            runs.append(save_run(case_dir, result, trace, fetch_metrics(server.base_url),
+                                 category=None if single else name))
+    return runs
 
 
 def run_matrix(
     arms: Sequence[Arm],
     model: str,
-    cases: Sequence[Any],
+    cases: Mapping[str, Sequence[Any]],
     out_dir: Path,
     *,
     repeat: int,
     engine: EngineSettings,
     timeout_s: float,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Every arm ``repeat`` times, interleaved A-B-B-A; returns runs per arm."""
+    """Every arm ``repeat`` times, interleaved A-B-B-A; returns runs per arm (one per
+    case and repeat)."""
     runs: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
     for r in range(repeat):
         order = arms if r % 2 == 0 else list(reversed(arms))
         for arm in order:
             print(f"[repeat {r + 1}/{repeat}] arm {arm.name}", flush=True)
             run_dir = out_dir / "runs" / _slug(arm.name) / f"r{r + 1}"
-            runs[arm.name].append(run_arm(arm, model, cases, run_dir, engine, timeout_s))
+            runs[arm.name].extend(run_arm(arm, model, cases, run_dir, engine, timeout_s))
     return runs
 
 
 def run_external(
-    base_url: str, model: str, cases: Sequence[Any], out_dir: Path, *, label: str,
-    repeat: int, timeout_s: float,
+    base_url: str, model: str, cases: Mapping[str, Sequence[Any]], out_dir: Path, *,
+    label: str, repeat: int, timeout_s: float,
 ) -> dict[str, list[dict[str, Any]]]:
     """Replay against a server someone else runs (no trace: it is not ours to read)."""
     runs = []
+    single = len(cases) == 1
     for r in range(repeat):
-        run_dir = out_dir / "runs" / _slug(label) / f"r{r + 1}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        result = replay(base_url, model, cases, timeout_s=timeout_s)
-        runs.append(save_run(run_dir, result, [], fetch_metrics(base_url)))
+        for name, case in cases.items():
+            run_dir = out_dir / "runs" / _slug(label) / f"r{r + 1}"
+            if not single:
+                run_dir = run_dir / _slug(name)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            result = replay(base_url, model, case, timeout_s=timeout_s)
+            runs.append(save_run(run_dir, result, [], fetch_metrics(base_url),
+                                 category=None if single else name))
     return {label: runs}
 
 
