@@ -1,0 +1,116 @@
+"""The 16 features against hand-computed values (seed 000 Tables 1 and 2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fairsched_plugin.predictor.features import (
+    DERIVED_FEATURES,
+    FEATURE_NAMES,
+    FEATURE_UNITS,
+    RAW_FEATURES,
+    BatchStats,
+    MemoryState,
+    candidate_rows,
+    feature_matrix,
+    raw_vector,
+)
+
+MEMORY = MemoryState(used_mb=1000.0, free_mb=3000.0, allocated_mb=800.0, reserved_mb=900.0)
+
+
+def _batch() -> BatchStats:
+    """Two decodes (contexts 100 and 300) and two prefill chunks (64 tokens with 0 computed
+    before, 32 with 128 computed before)."""
+    stats = BatchStats()
+    stats.add_decode(100)
+    stats.add_decode(300)
+    stats.add_prefill(64, processed=0)
+    stats.add_prefill(32, processed=128)
+    return stats
+
+
+def test_names_follow_the_tables_in_order():
+    assert RAW_FEATURES == (
+        "prefill_tokens", "decode_tokens", "batch_request_count", "sum_decode_context_len",
+        "max_decode_context_len", "prefill_processed_tokens", "max_prefill_processed_tokens",
+        "gpu_mem_used_mb", "gpu_mem_free_mb", "cuda_allocated_mb", "cuda_reserved_mb",
+    )
+    assert DERIVED_FEATURES == (
+        "bias", "scheduled_tokens", "avg_decode_ctx", "decode_ctx_interaction",
+        "prefill_interaction",
+    )
+    assert FEATURE_NAMES == RAW_FEATURES + DERIVED_FEATURES
+    assert set(FEATURE_UNITS) == set(FEATURE_NAMES)
+
+
+def test_batch_stats_accumulate_requests():
+    stats = _batch()
+    assert (stats.prefill_tokens, stats.decode_tokens, stats.batch_request_count) == (96, 2, 4)
+    assert (stats.sum_decode_context_len, stats.max_decode_context_len) == (400, 300)
+    assert (stats.prefill_processed_tokens, stats.max_prefill_processed_tokens) == (128, 128)
+
+
+def test_raw_vector_is_table_1_in_order():
+    raw = raw_vector(_batch(), MEMORY)
+    assert raw.dtype == np.float32
+    assert raw.tolist() == [96, 2, 4, 400, 300, 128, 128, 1000, 3000, 800, 900]
+
+
+def test_derived_features_are_table_2():
+    rows = feature_matrix(raw_vector(_batch(), MEMORY)[None, :])
+    assert rows.shape == (1, 16) and rows.dtype == np.float32
+    derived = dict(zip(DERIVED_FEATURES, rows[0, 11:].tolist()))
+    assert derived == {
+        "bias": 1.0,
+        "scheduled_tokens": 98.0,             # 2 decode + 96 prefill tokens
+        "avg_decode_ctx": 200.0,              # 400 / max(2, 1)
+        "decode_ctx_interaction": 400.0,      # 2 * 200
+        "prefill_interaction": 96.0 * 128.0,  # prefill tokens * processed tokens
+    }
+
+
+def test_avg_decode_ctx_divides_by_decode_tokens_and_never_by_zero():
+    prefill_only = BatchStats()
+    prefill_only.add_prefill(50, processed=10)
+    speculative = BatchStats()
+    speculative.add_decode(90, tokens=3)  # one decode with two speculative tokens
+    rows = feature_matrix(np.stack([raw_vector(prefill_only, MEMORY),
+                                    raw_vector(speculative, MEMORY)]))
+    avg = FEATURE_NAMES.index("avg_decode_ctx")
+    interaction = FEATURE_NAMES.index("decode_ctx_interaction")
+    assert rows[0, avg] == 0.0 and rows[0, interaction] == 0.0
+    assert rows[1, avg] == 30.0 and rows[1, interaction] == 90.0  # Table 2 as written
+
+
+def test_large_interactions_are_computed_exactly_enough():
+    stats = BatchStats()
+    stats.add_prefill(8192, processed=120_000)
+    row = feature_matrix(raw_vector(stats, MEMORY)[None, :])[0]
+    assert row[FEATURE_NAMES.index("prefill_interaction")] == pytest.approx(8192 * 120_000,
+                                                                           rel=1e-7)
+
+
+def test_feature_matrix_rejects_rows_that_are_not_11_raw_features():
+    with pytest.raises(ValueError, match=r"11 raw features.*shape \(3, 16\)"):
+        feature_matrix(np.zeros((3, 16)))
+
+
+def test_candidate_rows_equal_the_batch_with_one_more_prefill_per_chunk():
+    stats = _batch()
+    chunks = np.array([1, 32, 64, 100])
+    rows = candidate_rows(stats, MEMORY, chunks, processed=500)
+    expected = []
+    for chunk in chunks.tolist():
+        grown = _batch()
+        grown.add_prefill(chunk, processed=500)
+        expected.append(raw_vector(grown, MEMORY))
+    np.testing.assert_array_equal(rows, feature_matrix(np.stack(expected)))
+    assert stats == _batch()  # the committed batch is not changed
+
+
+def test_candidate_rows_keep_a_larger_processed_maximum():
+    rows = candidate_rows(_batch(), MEMORY, np.array([8]), processed=5)
+    assert rows[0, FEATURE_NAMES.index("max_prefill_processed_tokens")] == 128
+    assert rows[0, FEATURE_NAMES.index("prefill_processed_tokens")] == 133
