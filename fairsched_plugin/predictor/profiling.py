@@ -1,0 +1,156 @@
+"""The profile file: one CSV row per engine step with its raw features and measured latency.
+
+Columns: ``step``, the 11 raw features in ``RAW_FEATURES`` order, ``latency_ms``. Beside
+``<file>`` a sidecar ``<file>.meta.json`` records the memory provider, the vLLM version,
+the hardware, the feature names and when the file was started; training refuses to mix
+files whose memory providers differ, and the model it exports carries the provider on.
+
+The writer appends to an existing profile of the same provider, so an interrupted
+profiling run can be resumed into the same file.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from .environment import hardware_description, vllm_version
+from .features import NUM_RAW, RAW_FEATURES
+
+STEP_COLUMN = "step"
+LATENCY_COLUMN = "latency_ms"
+COLUMNS: tuple[str, ...] = (STEP_COLUMN, *RAW_FEATURES, LATENCY_COLUMN)
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be read or appended to; the message names the file."""
+
+
+def meta_path(path: str | Path) -> Path:
+    """The sidecar of a profile: ``<path>.meta.json``."""
+    path = Path(path)
+    return path.with_name(path.name + ".meta.json")
+
+
+class ProfileWriter:
+    """Appends one row per step; line-buffered, so a killed server leaves whole rows."""
+
+    def __init__(self, path: str | Path, memory_provider: str, meta: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        resuming = self.path.exists() and self.path.stat().st_size > 0
+        if resuming:
+            _check_header(self.path)
+            existing = _read_meta(self.path)
+            if existing["memory_provider"] != memory_provider:
+                raise ProfileError(
+                    f"profile {self.path}: recorded with memory provider "
+                    f"{existing['memory_provider']!r}, cannot append rows measured with "
+                    f"{memory_provider!r}; use another file"
+                )
+        else:
+            record = {
+                **meta,
+                "memory_provider": memory_provider,
+                "vllm_version": vllm_version(),
+                "hardware": hardware_description(),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "feature_names": list(RAW_FEATURES),
+            }
+            meta_path(self.path).write_text(json.dumps(record, indent=2) + "\n")
+        self._file: TextIO = open(self.path, "a", buffering=1, encoding="utf-8")
+        if not resuming:
+            self._file.write(",".join(COLUMNS) + "\n")
+
+    def write(self, step: int, raw: np.ndarray, latency_s: float) -> None:
+        """One step: its number, its raw features (11), its measured latency in seconds."""
+        values = ",".join(f"{value:.10g}" for value in raw)
+        self._file.write(f"{step},{values},{latency_s * 1000.0:.6f}\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_profile(
+    paths: str | Path | Iterable[str | Path],
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Raw features ``(n, 11)`` and latencies in ms ``(n,)`` (float64) of one or more
+    profiles of the same memory provider, and the first file's metadata with ``files``
+    (every path read) added."""
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    if not paths:
+        raise ProfileError("no profile file given")
+    raws, latencies, metas = [], [], []
+    for path in paths:
+        meta = _read_meta(path)
+        if metas and meta["memory_provider"] != metas[0]["memory_provider"]:
+            raise ProfileError(
+                f"profiles {paths[0]} and {path} were recorded with different memory "
+                f"providers ({metas[0]['memory_provider']!r}, {meta['memory_provider']!r}); "
+                "their memory features measure different things and cannot be mixed"
+            )
+        table = _read_rows(path)
+        raws.append(table[:, 1 : 1 + NUM_RAW])
+        latencies.append(table[:, 1 + NUM_RAW])
+        metas.append(meta)
+    meta = {**metas[0], "files": [str(p) for p in paths]}
+    return np.concatenate(raws), np.concatenate(latencies), meta
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    sidecar = meta_path(path)
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(
+            f"profile {path}: its metadata file {sidecar} is missing (it records the memory "
+            "provider the rows were measured with)"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"profile {path}: unreadable metadata file {sidecar} ({exc})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("memory_provider"), str):
+        raise ProfileError(f"profile {path}: metadata file {sidecar} has no 'memory_provider'")
+    return meta
+
+
+def _check_header(path: Path) -> None:
+    with open(path, encoding="utf-8", newline="") as file:
+        header = next(csv.reader(file), [])
+    if tuple(header) == COLUMNS:
+        return
+    missing = [c for c in COLUMNS if c not in header]
+    extra = [c for c in header if c not in COLUMNS]
+    problems = []
+    if missing:
+        problems.append("missing column(s) " + ", ".join(missing))
+    if extra:
+        problems.append("unknown column(s) " + ", ".join(extra))
+    if not problems:
+        problems.append("columns out of order")
+    raise ProfileError(
+        f"profile {path}: {'; '.join(problems)}; expected the header {','.join(COLUMNS)}"
+    )
+
+
+def _read_rows(path: Path) -> np.ndarray:
+    _check_header(path)
+    rows = []
+    with open(path, encoding="utf-8", newline="") as file:
+        reader = csv.reader(file)
+        next(reader)
+        for line, row in enumerate(reader, start=2):
+            if len(row) != len(COLUMNS):
+                raise ProfileError(
+                    f"profile {path}, line {line}: {len(row)} fields, expected {len(COLUMNS)}"
+                )
+            try:
+                rows.append([float(value) for value in row])
+            except ValueError as exc:
+                raise ProfileError(f"profile {path}, line {line}: {exc}") from None
+    return np.array(rows, dtype=np.float64).reshape(-1, len(COLUMNS))
