@@ -10,7 +10,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import demo
     from .bench import cli as bench_cli
     from .bench import workloads
+    from .bench import profile as bench_profile
     from .model import tiny
+    from .predictor import cli as predictor_cli
 
     parser = argparse.ArgumentParser(prog="fairsched", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
@@ -18,6 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_cli(subparsers)
     workloads.add_cli(subparsers)
     bench_cli.add_cli(subparsers)
+    bench_profile.add_cli(subparsers)
+    predictor_cli.add_cli(subparsers)
     return parser
 
 

