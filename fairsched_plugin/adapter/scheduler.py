@@ -20,9 +20,10 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
 Because vLLM's FCFS preemption takes ``running[-1]``, the victim under KV pressure is the
 lowest-ranked partial prefill, or, when none is running, the lowest-ranked decode.
 
-With a ``trace_path`` or the automatic Aging alpha, a :class:`StepMonitor` also measures
-every step, from ``_update_after_schedule`` (dispatch) to ``update_from_output`` (output
-back), and feeds the trace file and the alpha calibration.
+With a ``trace_path``, the automatic Aging alpha or ``profile.path``, a
+:class:`StepMonitor` also measures every step, from ``_update_after_schedule`` (dispatch)
+to ``update_from_output`` (output back), and feeds the trace file, the alpha calibration
+and the predictor profile (the batch's 11 raw features and its measured time per row).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from ..policies import (
     ranked_service,
 )
 from .compat import check_scheduler_hooks, check_scheduler_state, check_vllm_version
+from .profiling import StepProfiler
 from .queue import PolicyRequestQueue
 from .steps import StepMonitor
 
@@ -108,6 +110,10 @@ class FairSchedulingMixin:
         if config.policy == "aging" and config.aging.alpha == AUTO:
             self._auto_alpha = AutoAlpha(config.aging.auto_factor, PrefillRateEstimator())
             listeners.append(self._calibrate_alpha)
+        self._profiler: StepProfiler | None = None
+        if config.profile.path:
+            self._profiler = StepProfiler.for_scheduler(self, config.profile, vllm_config)
+            listeners.append(self._profiler.on_step)
         self._steps = (
             StepMonitor(config.trace_path, listeners)
             if config.trace_path or listeners
@@ -162,12 +168,19 @@ class FairSchedulingMixin:
         # which of them this step finishes.
         prefill_ids: set[str] = set()
         finished: list[str] = []
+        batch = self._profiler.new_batch() if self._profiler is not None else None
         for req_id, n in scheduler_output.num_scheduled_tokens.items():
             request = self.requests[req_id]
-            if has_prefill_work(request, request.num_computed_tokens):
+            computed = request.num_computed_tokens
+            if has_prefill_work(request, computed):
                 prefill_ids.add(req_id)
-                if request.num_computed_tokens + n >= request.num_tokens:
+                if computed + n >= request.num_tokens:
                     finished.append(req_id)
+                if batch is not None:
+                    batch.add_prefill(n, computed)
+            elif batch is not None:
+                batch.add_decode(computed, n)
+        extra = self._profiler.features(batch) if batch is not None else None
         super()._update_after_schedule(scheduler_output)
         self._steps.on_dispatch(
             scheduler_output,
@@ -176,6 +189,7 @@ class FairSchedulingMixin:
             [new.req_id for new in scheduler_output.scheduled_new_reqs],
             num_running=len(self.running) + len(self._hidden),
             num_waiting=len(self.waiting) + len(self.kv_holding_waiting),
+            extra=extra,
         )
 
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any):
@@ -187,6 +201,8 @@ class FairSchedulingMixin:
         super().shutdown()
         if self._steps is not None:
             self._steps.close()
+        if self._profiler is not None:
+            self._profiler.close()
 
     def _calibrate_alpha(self, step: dict[str, Any]) -> None:
         """Step listener: follow the measured prefill throughput (see policies.auto_alpha).

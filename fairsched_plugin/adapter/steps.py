@@ -46,10 +46,11 @@ class StepMonitor:
         admitted_ids: list[str],
         num_running: int,
         num_waiting: int,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         """Called at the end of ``schedule()``: ``prefill_ids`` were prefills this step,
         ``finished_prefill_ids`` complete their prompt in it, ``admitted_ids`` left the
-        waiting queue for it."""
+        waiting queue for it; ``extra`` fields go into the record as they are."""
         if output.total_num_scheduled_tokens == 0:
             return
         scheduled = output.num_scheduled_tokens
@@ -69,6 +70,7 @@ class StepMonitor:
             "admitted": admitted_ids,
             "num_running": num_running,
             "num_waiting": num_waiting,
+            **(extra or {}),
         }
 
     def on_output(self, output: SchedulerOutput) -> None:
