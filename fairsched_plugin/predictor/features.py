@@ -170,11 +170,23 @@ def candidate_rows(
 ) -> np.ndarray:
     """The 16-feature rows of the batch ``stats`` describes plus one more prefill request
     with ``processed`` prompt tokens already computed, one row per chunk size in
-    ``chunks``: what LPRS scores in one predictor call."""
-    chunks = np.asarray(chunks)
-    raw = np.broadcast_to(raw_vector(stats, memory), (chunks.shape[0], NUM_RAW)).copy()
-    raw[:, _PREFILL] += chunks
-    raw[:, _COUNT] += 1
-    raw[:, _PROCESSED] += processed
-    raw[:, _MAX_PROCESSED] = max(stats.max_prefill_processed_tokens, processed)
-    return feature_matrix(raw)
+    ``chunks``: what LPRS scores in one predictor call.
+
+    Equal to ``feature_matrix`` of the grown batches' raw vectors, computed directly: only
+    the prefill columns vary between rows, and this runs for every candidate every step.
+    """
+    base = raw_vector(stats, memory)
+    base[_COUNT] += 1
+    base[_PROCESSED] += processed
+    base[_MAX_PROCESSED] = max(base[_MAX_PROCESSED], processed)
+    decode = float(base[_DECODE])
+    avg_ctx = float(base[_SUM_CTX]) / max(decode, 1.0)
+    out = np.empty((len(chunks), NUM_FEATURES), dtype=np.float32)
+    out[:, :NUM_RAW] = base
+    out[:, NUM_RAW:] = (1.0, decode, avg_ctx, decode * avg_ctx, 0.0)
+    prefill = out[:, _PREFILL]
+    prefill += chunks
+    out[:, NUM_RAW + 1] += prefill
+    # float32 products of float32 integers round once, like feature_matrix's float64 cast.
+    np.multiply(prefill, base[_PROCESSED], out=out[:, NUM_RAW + 4])
+    return out
