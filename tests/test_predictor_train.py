@@ -12,7 +12,7 @@ from fairsched_plugin.predictor.dataset import (  # noqa: E402
     bucket_of,
     bucket_weights,
     clean,
-    downsample,
+    downsample_full_chunks,
     prepare,
     split_by_bucket,
 )
@@ -61,12 +61,21 @@ def test_clean_drops_invalid_rows_and_outliers_within_a_bucket():
     assert 11 in kept and counts["dropped_outliers"] == 0
 
 
-def test_downsample_caps_the_over_represented_bucket():
-    buckets = np.array([0] * 10 + [1] * 12 + [2] * 8 + [7] * 200)  # 7: the full budget
-    kept = downsample(buckets, max_ratio=2.0, rng=np.random.default_rng(0))
-    counts = np.bincount(buckets[kept])
-    assert counts[7] == 2 * 11  # 2 x the median bucket size (11)
-    assert counts[[0, 1, 2]].tolist() == [10, 12, 8]
+def test_full_chunk_steps_are_sampled_down_to_a_multiple_of_the_largest_other_bucket():
+    # Budget 256: 200 steps fill it; the largest other bucket (1..32 tokens) has 12 steps.
+    scheduled = np.array([5] * 12 + [40] * 10 + [250] * 8 + [256] * 200)
+    buckets = (scheduled - 1) // 32
+    kept = downsample_full_chunks(scheduled, buckets, 256, max_ratio=2.0,
+                                  rng=np.random.default_rng(0))
+    assert np.bincount(scheduled[kept] == 256).tolist() == [30, 2 * 12]
+    assert len(set(kept.tolist())) == len(kept)
+
+
+def test_no_full_chunk_steps_means_nothing_is_dropped():
+    scheduled = np.array([1] * 500 + [64, 128])  # a lightly loaded engine: small decode steps
+    kept = downsample_full_chunks(scheduled, (scheduled - 1) // 32, 256, max_ratio=3.0,
+                                  rng=np.random.default_rng(0))
+    assert kept.tolist() == list(range(502))
 
 
 def test_split_is_8_1_1_per_bucket_disjoint_and_seeded():

@@ -40,7 +40,11 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--bucket-width", type=int, default=_DEFAULTS.bucket_width,
                       help="scheduled tokens per bucket")
     data.add_argument("--max-bucket-ratio", type=float, default=_DEFAULTS.max_bucket_ratio,
-                      help="cap every bucket at this x the median bucket size")
+                      help="keep at most this x the largest other bucket of the steps that "
+                           "fill the token budget")
+    data.add_argument("--token-budget", type=int,
+                      help="the engine's max_num_batched_tokens (default: as the profile "
+                           "records it, else the largest step seen)")
     _add_outlier_argument(data)
     data.add_argument("--weight-power", type=float, default=_DEFAULTS.weight_power,
                       help="sample weight = bucket count ** -this (0: unweighted)")
@@ -93,18 +97,14 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def main_train(args: argparse.Namespace) -> int:
-    from .export import export_onnx, model_metadata
     import torch
 
+    from .export import export_onnx, model_metadata
     from .runtime import LatencyPredictor
     from .train import TrainConfig, predict, train_model
 
     report_dir = args.report_dir or args.out.with_name(args.out.stem + "_report")
     try:
-        dataset_config = DatasetConfig(
-            bucket_width=args.bucket_width, max_bucket_ratio=args.max_bucket_ratio,
-            outlier_iqr=args.outlier_iqr, weight_power=args.weight_power, seed=args.seed,
-        )
         train_config = TrainConfig(
             hidden_sizes=args.hidden_sizes, dropout=args.dropout, lr=args.lr,
             weight_decay=args.weight_decay, batch_size=args.batch_size, epochs=args.epochs,
@@ -114,6 +114,11 @@ def main_train(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         raw, latency, meta = read_profile(args.profile)
+        dataset_config = DatasetConfig(
+            bucket_width=args.bucket_width, max_bucket_ratio=args.max_bucket_ratio,
+            token_budget=args.token_budget or meta.get("max_num_batched_tokens"),
+            outlier_iqr=args.outlier_iqr, weight_power=args.weight_power, seed=args.seed,
+        )
         data = prepare(raw, latency, dataset_config)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """From profiled steps to training data (seed 000, section 3.2.1 item 3): clean, bucket by
-scheduled tokens, downsample over-represented buckets, split 8:1:1, weight by bucket.
+scheduled tokens, downsample over-represented full-chunk steps, split 8:1:1, weight by
+bucket.
 
 Why each step:
 
@@ -8,10 +9,13 @@ Why each step:
   pauses that are not the batch's cost (a compile, a page fault storm, the machine busy
   with something else).
 - *Buckets* of ``bucket_width`` scheduled tokens group steps of similar size.
-- *Downsampling*: under load most steps fill the token budget, so the full-budget bucket
-  dwarfs the rest and a model trained on it learns little else. Every bucket is capped at
-  ``max_bucket_ratio`` times the median bucket size; in practice that trims the
-  full-budget bucket (and the smallest decode-only one on a lightly loaded engine).
+- *Downsampling*: under load most steps fill the token budget (a prefill chunk is cut to
+  what the budget leaves), so these full-chunk steps dwarf every other size and a model
+  trained on them learns little else. They are sampled down to ``max_bucket_ratio`` times
+  the largest bucket of other steps. The budget is ``token_budget``, else the largest
+  scheduled-token count seen. Other imbalance (a lightly loaded engine's many small
+  decode steps) is left to the weights: dropping it would throw away most of such a
+  profile.
 - *Split* 8:1:1 within each bucket (seeded), so validation and test see every size.
 - *Weights* ``count_b ** -weight_power`` per bucket, scaled to mean 1 on the training set,
   so rare batch sizes count for more without letting a single-sample bucket dominate.
@@ -33,6 +37,7 @@ _DECODE = RAW_FEATURES.index("decode_tokens")
 class DatasetConfig:
     bucket_width: int = 32
     max_bucket_ratio: float = 3.0
+    token_budget: int | None = None
     outlier_iqr: float = 3.0
     weight_power: float = 0.5
     split: tuple[float, float, float] = (0.8, 0.1, 0.1)
@@ -43,6 +48,8 @@ class DatasetConfig:
             raise ValueError(f"bucket_width must be >= 1, got {self.bucket_width}")
         if not self.max_bucket_ratio >= 1:
             raise ValueError(f"max_bucket_ratio must be >= 1, got {self.max_bucket_ratio}")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise ValueError(f"token_budget must be >= 1, got {self.token_budget}")
         if not self.outlier_iqr >= 0:
             raise ValueError(f"outlier_iqr must be >= 0 (0: keep outliers), got "
                              f"{self.outlier_iqr}")
@@ -104,15 +111,21 @@ def bucket_of(raw: np.ndarray, bucket_width: int) -> np.ndarray:
     return ((scheduled_tokens(raw) - 1) // bucket_width).astype(np.int64)
 
 
-def downsample(buckets: np.ndarray, max_ratio: float, rng: np.random.Generator) -> np.ndarray:
-    """Positions to keep: every bucket capped at ``max_ratio`` x the median bucket size."""
-    labels, counts = np.unique(buckets, return_counts=True)
-    cap = max(1, int(np.ceil(max_ratio * np.median(counts))))
-    keep = []
-    for label, count in zip(labels, counts):
-        members = np.flatnonzero(buckets == label)
-        keep.append(rng.choice(members, size=cap, replace=False) if count > cap else members)
-    return np.sort(np.concatenate(keep))
+def downsample_full_chunks(
+    scheduled: np.ndarray, buckets: np.ndarray, budget: float, max_ratio: float,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Positions to keep: all steps below ``budget`` scheduled tokens, and of the steps at
+    the budget at most ``max_ratio`` x the largest bucket of the others."""
+    full = scheduled >= budget
+    others = buckets[~full]
+    if not full.any() or others.size == 0:
+        return np.arange(len(scheduled))
+    cap = int(np.ceil(max_ratio * np.bincount(others).max()))
+    full_positions = np.flatnonzero(full)
+    if len(full_positions) > cap:
+        full_positions = rng.choice(full_positions, size=cap, replace=False)
+    return np.sort(np.concatenate([np.flatnonzero(~full), full_positions]))
 
 
 def split_by_bucket(
@@ -149,8 +162,12 @@ def prepare(raw: np.ndarray, latency_ms: np.ndarray, config: DatasetConfig) -> P
     rng = np.random.default_rng(config.seed)
     kept, counts = clean(raw, latency_ms, config)
     counts = {"read": len(latency_ms), **counts}
-    buckets = bucket_of(raw[kept], config.bucket_width)
-    sampled = kept[downsample(buckets, config.max_bucket_ratio, rng)] if len(kept) else kept
+    scheduled = scheduled_tokens(raw[kept])
+    budget = config.token_budget or (scheduled.max() if len(kept) else 0)
+    sampled = kept[downsample_full_chunks(
+        scheduled, bucket_of(raw[kept], config.bucket_width), budget,
+        config.max_bucket_ratio, rng,
+    )]
     counts["downsampled"] = len(kept) - len(sampled)
     buckets = bucket_of(raw[sampled], config.bucket_width)
     parts = split_by_bucket(buckets, config.split, rng)
