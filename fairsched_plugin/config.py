@@ -33,6 +33,7 @@ POLICY_NAMES = (
 SERVICE_MODES = ("budget", "ranked")
 MEMORY_PROVIDERS = ("auto", "torch", "nvml", "kv_cache")
 PREDICTOR_PROVIDERS = ("cpu", "cuda", "cann")
+ALIGN_MODES = ("auto", "on", "off")
 
 
 class ConfigError(ValueError):
@@ -100,6 +101,30 @@ class PredictorConfig:
 
 
 @dataclass(frozen=True)
+class LPRSConfig:
+    """Latency-predictive chunk selection (seed 000 §3.2.2): per prefill candidate, the
+    chunk whose predicted batch time is closest to ``target_ms`` (asymmetric penalties)."""
+
+    enabled: bool = False
+    target_ms: float = 50.0
+    granularity: int = 32
+    underfill_penalty: float = 1.0
+    overflow_penalty: float = 4.0
+    align: str = "auto"
+
+
+@dataclass(frozen=True)
+class APCConfig:
+    """Active prefill control (seed 000 §3.3): a dynamic cap on active prefills, a minimum
+    useful chunk, warm start, and a bound on how long one prefill can be held back."""
+
+    enabled: bool = False
+    max_active_prefills: int = 8
+    min_chunk: int = 16
+    max_deferred_steps: int = 64
+
+
+@dataclass(frozen=True)
 class FairschedConfig:
     policy: str = "aging"
     service: str = "budget"
@@ -110,6 +135,8 @@ class FairschedConfig:
     af_lcb: AFLCBConfig = field(default_factory=AFLCBConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     predictor: PredictorConfig = field(default_factory=PredictorConfig)
+    lprs: LPRSConfig = field(default_factory=LPRSConfig)
+    apc: APCConfig = field(default_factory=APCConfig)
     trace_path: str = ""
 
 
@@ -208,6 +235,26 @@ KEYS: tuple[_Key, ...] = (
          lambda v: v >= 1),
     _Key("predictor.allow_memory_mismatch", bool,
          "true or false (serve a model profiled with another memory provider)"),
+    _Key("lprs.enabled", bool, "true or false (choose prefill chunks by predicted latency; "
+         "needs predictor.path)"),
+    _Key("lprs.target_ms", float, "a finite number > 0 (target batch time, ms)", _positive),
+    _Key("lprs.granularity", int, "an integer >= 1 (chunk search step, tokens)",
+         lambda v: v >= 1),
+    _Key("lprs.underfill_penalty", float, "a finite number > 0 (score per ms under target)",
+         _positive),
+    _Key("lprs.overflow_penalty", float,
+         "a finite number > 0 (score per ms over target; larger than underfill_penalty)",
+         _positive),
+    _Key("lprs.align", str, '"auto" (align chunk ends to the KV block size on Ascend NPUs), '
+         '"on" or "off"', lambda v: v in ALIGN_MODES, normalise=str.lower),
+    _Key("apc.enabled", bool, "true or false (active prefill control)"),
+    _Key("apc.max_active_prefills", int, "an integer >= 1 (C_max: prefills active at once)",
+         lambda v: v >= 1),
+    _Key("apc.min_chunk", int, "an integer >= 1 (L_min: the minimum useful chunk, tokens)",
+         lambda v: v >= 1),
+    _Key("apc.max_deferred_steps", int,
+         "an integer >= 1 (steps APC may hold one prefill back before it must progress)",
+         lambda v: v >= 1),
     _Key(
         "trace_path",
         str,
@@ -340,6 +387,23 @@ def _to_bool(value: Any) -> bool:
 
 
 def _build(values: Mapping[str, Any]) -> FairschedConfig:
+    config = _nest(values)
+    lprs = config.lprs
+    if lprs.overflow_penalty <= lprs.underfill_penalty:
+        raise ConfigError(
+            "fairsched config: lprs.overflow_penalty must be larger than "
+            f"lprs.underfill_penalty (overflowing the target is the worse error); got "
+            f"{lprs.overflow_penalty:g} <= {lprs.underfill_penalty:g}"
+        )
+    if lprs.enabled and not config.predictor.path:
+        raise ConfigError(
+            "fairsched config: lprs.enabled needs predictor.path, the ONNX latency model "
+            "(train one with `fairsched profile` and `fairsched train`)"
+        )
+    return config
+
+
+def _nest(values: Mapping[str, Any]) -> FairschedConfig:
     nested: dict[str, Any] = {}
     for path, value in values.items():
         *parents, leaf = path.split(".")

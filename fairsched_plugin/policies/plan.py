@@ -11,8 +11,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from typing import Protocol
 
 from .base import OrderingPolicy, RequestView
+
+
+class ChunkRule(Protocol):
+    """Decides a prefill candidate's chunk inside the plan (LPRS, APC, alignment)."""
+
+    def choose(self, view: RequestView, bound: int, waiting: bool) -> int:
+        """The chunk for ``view``, at most ``bound`` (the feasible ``h``); 0 skips it."""
 
 
 def plan_prefill_caps(
@@ -24,6 +32,7 @@ def plan_prefill_caps(
     free_slots: int,
     free_kv_tokens: int,
     full_sequence_must_fit: bool = True,
+    rule: ChunkRule | None = None,
 ) -> dict[str, int]:
     """Token caps for the prefill candidates the residual budget reaches.
 
@@ -42,35 +51,49 @@ def plan_prefill_caps(
             left to free blocks, never progress.
         full_sequence_must_fit: vLLM's ``scheduler_reserve_full_isl``: a waiting request is
             admitted only if its whole prompt fits, not just its first chunk.
+        rule: without one, each candidate takes ``min(remaining, budget left)`` (vLLM's
+            token-budget rule). With one, the rule picks every chunk, waiting requests'
+            included, and the plan is exclusive: the caller admits no waiting request
+            the plan did not cap, and the first waiting candidate that gets 0 ends
+            admissions for the step, as vLLM's waiting loop stops at a request it
+            cannot schedule.
 
     Returns:
-        ``{request_id: cap}`` for every running prefill; 0 means "not this step". Waiting
-        requests get no cap: vLLM admits them in queue order after the running loop, so
-        whatever the plan kept free reaches them, and any budget a planned step could not
-        use (a failed allocation, a prefix-cache hit) still goes to work.
+        ``{request_id: cap}`` for every running prefill (0 means "not this step") and,
+        with a rule, for the waiting requests to admit. Without a rule, waiting requests
+        get no cap: vLLM admits them in queue order after the running loop, so whatever
+        the plan kept free reaches them, and any budget a planned step could not use (a
+        failed allocation, a prefix-cache hit) still goes to work.
     """
     running = sorted((policy.key(view), view) for view in running_prefills)
     caps = {view.request_id: 0 for _key, view in running}
     left = max(token_budget - decode_tokens, 0)
-    if not running or left == 0:
+    if left == 0 or (rule is None and not running):
         return caps
     # A two-way merge of the two streams in policy order; ties go to the running request.
     waiting = itertools.islice(waiting_in_order, max(free_slots, 0))
     candidate = next(waiting, None)
     candidate_key = policy.key(candidate) if candidate is not None else None
     index = 0
-    while index < len(running) and left > 0:
-        running_key, view = running[index]
-        if candidate is not None and candidate_key < running_key:
-            chunk = min(candidate.remaining_prefill, left)
-            need = candidate.remaining_prefill if full_sequence_must_fit else chunk
+    while left > 0 and (index < len(running) or (rule is not None and candidate is not None)):
+        if candidate is not None and (index == len(running) or candidate_key < running[index][0]):
+            bound = min(candidate.remaining_prefill, left)
+            need = candidate.remaining_prefill if full_sequence_must_fit else bound
             if need > free_kv_tokens:
                 candidate = None  # vLLM stops admitting here; the rest goes to running
                 continue
+            chunk = bound if rule is None else rule.choose(candidate, bound, waiting=True)
+            if chunk == 0:
+                candidate = None
+                continue
+            if rule is not None:
+                caps[candidate.request_id] = chunk
             candidate = next(waiting, None)
             candidate_key = policy.key(candidate) if candidate is not None else None
         else:
-            chunk = min(view.remaining_prefill, left)
+            view = running[index][1]
+            bound = min(view.remaining_prefill, left)
+            chunk = bound if rule is None else rule.choose(view, bound, waiting=False)
             caps[view.request_id] = chunk
             index += 1
         left -= chunk

@@ -1,0 +1,88 @@
+"""APC, active prefill control (seed 000 §3.3, Eq. 12-14), plus a deferral bound.
+
+Per step: a dynamic cap on how many prefills may be active in the batch (Eq. 12), a
+minimum useful chunk per prefill (Eq. 13), and the decision on each proposed chunk
+(Eq. 14): accept it, warm-start a prefill when none is active, or hold it back. Held
+back too long (``max_deferred_steps`` considered steps in a row), a prefill is forced
+to make minimum progress, so APC itself never starves anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Outcome(str, Enum):
+    ACCEPTED = "accepted"
+    WARM_START = "warm_start"
+    BLOCKED_BY_CAP = "blocked_by_cap"
+    BLOCKED_BY_MIN_CHUNK = "blocked_by_min_chunk"
+    FORCED = "forced"
+
+
+def activity_cap(
+    max_active: int, max_seqs: int, num_decodes: int, token_budget: int, committed: int,
+    min_chunk: int,
+) -> int:
+    """Eq. 12: ``C_t = min(C_max, S_max - |D_t|, floor((B_max - U_t) / L_min))``."""
+    return max(min(max_active, max_seqs - num_decodes, (token_budget - committed) // min_chunk), 0)
+
+
+def min_progress(remaining: int, min_chunk: int) -> int:
+    """Eq. 13: ``m_i = min(r_i, L_min)``."""
+    return min(remaining, min_chunk)
+
+
+def decide(proposed: int, bound: int, remaining: int, active: int, cap: int,
+           min_chunk: int) -> tuple[int, Outcome]:
+    """Eq. 14 for one prefill: ``proposed`` is LPRS's (or the budget rule's) chunk,
+    ``bound`` the feasible ``h``, ``active`` the prefills already in this batch."""
+    m = min_progress(remaining, min_chunk)
+    if active < cap and proposed >= m:
+        return proposed, Outcome.ACCEPTED
+    if proposed < m and active == 0:
+        return min(bound, m), Outcome.WARM_START
+    if proposed >= m:
+        return 0, Outcome.BLOCKED_BY_CAP
+    return 0, Outcome.BLOCKED_BY_MIN_CHUNK
+
+
+@dataclass
+class ActivePrefillControl:
+    """Eq. 12-14 across steps: the step's cap, the batch's active count, per-request
+    deferral streaks and counters for the trace."""
+
+    max_active: int
+    min_chunk: int
+    max_deferred_steps: int
+    cap: int = 0
+    active: int = 0
+    deferred: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
+
+    def begin_step(self, max_seqs: int, num_decodes: int, token_budget: int,
+                   committed: int) -> None:
+        self.cap = activity_cap(self.max_active, max_seqs, num_decodes, token_budget,
+                                committed, self.min_chunk)
+        self.active = 0
+        self.counts = {o.value: 0 for o in Outcome}
+
+    def choose(self, request_id: str, proposed: int, bound: int, remaining: int) -> int:
+        """The chunk this prefill gets (0: held back this step)."""
+        chunk, outcome = decide(proposed, bound, remaining, self.active, self.cap,
+                                self.min_chunk)
+        if chunk == 0 and bound >= 1 and self.deferred.get(request_id, 0) >= self.max_deferred_steps:
+            chunk = max(proposed, min(bound, min_progress(remaining, self.min_chunk)))
+            outcome = Outcome.FORCED
+        self.counts[outcome.value] += 1
+        if chunk > 0:
+            self.active += 1
+            self.deferred.pop(request_id, None)
+        else:
+            self.deferred[request_id] = self.deferred.get(request_id, 0) + 1
+        return chunk
+
+    def forget(self, request_id: str) -> None:
+        """The request left the engine: drop its streak."""
+        self.deferred.pop(request_id, None)
