@@ -28,7 +28,7 @@ REQUIRED_HOOKS: dict[str, tuple[str, ...]] = {
 
 REQUIRED_ATTRIBUTES = ("running", "waiting", "kv_holding_waiting", "kv_cache_manager",
                        "max_num_scheduled_tokens", "max_num_active_reqs", "block_size",
-                       "requests", "requires_kv_delivery")
+                       "requests", "requires_kv_delivery", "kv_cache_config")
 
 
 class UnsupportedVllmError(RuntimeError):

@@ -8,6 +8,7 @@ use); the step time is the :class:`StepMonitor`'s, which is right under async sc
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,22 @@ FEATURES_FIELD = "batch_features"
 """The step record's field holding the 11 raw features (also written to the trace)."""
 
 
+def kv_state_reader(scheduler: Any) -> Callable[[], tuple[int, int, int]]:
+    """The KV-cache memory provider's source: used and free blocks of the scheduler's
+    block pool, and the bytes one block takes over all layers."""
+    pool = scheduler.kv_cache_manager.block_pool
+    bytes_per_block = sum(
+        group.kv_cache_spec.page_size_bytes * len(group.layer_names)
+        for group in scheduler.kv_cache_config.kv_cache_groups
+    )
+
+    def kv_state() -> tuple[int, int, int]:
+        free = pool.get_num_free_blocks()
+        return pool.num_gpu_blocks - free, free, bytes_per_block
+
+    return kv_state
+
+
 class StepProfiler:
     """Builds each step's features and writes them with the measured time."""
 
@@ -34,17 +51,7 @@ class StepProfiler:
     def for_scheduler(cls, scheduler: Any, config: ProfileConfig, vllm_config: Any) -> StepProfiler:
         """Memory from the configured provider; the KV-cache one reads the scheduler's
         block pool (used and free blocks times the bytes a block takes over all layers)."""
-        pool = scheduler.kv_cache_manager.block_pool
-        bytes_per_block = sum(
-            group.kv_cache_spec.page_size_bytes * len(group.layer_names)
-            for group in scheduler.kv_cache_config.kv_cache_groups
-        )
-
-        def kv_state() -> tuple[int, int, int]:
-            free = pool.get_num_free_blocks()
-            return pool.num_gpu_blocks - free, free, bytes_per_block
-
-        memory = make_memory_provider(config.memory, kv_state)
+        memory = make_memory_provider(config.memory, kv_state_reader(scheduler))
         sched = vllm_config.scheduler_config
         writer = ProfileWriter(config.path, memory.name, {
             "model": vllm_config.model_config.model,

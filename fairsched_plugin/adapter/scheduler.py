@@ -40,7 +40,10 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from ..config import AUTO, load_config
+from ..config import AUTO, FairschedConfig, load_config
+from ..predictor.features import BatchStats
+from ..predictor.memory import make_memory_provider
+from ..predictor.runtime import LatencyPredictor
 from ..policies import (
     AutoAlpha,
     PrefillRateEstimator,
@@ -50,7 +53,8 @@ from ..policies import (
     ranked_service,
 )
 from .compat import check_scheduler_hooks, check_scheduler_state, check_vllm_version
-from .profiling import StepProfiler
+from .chunking import LatencyChunkRule
+from .profiling import StepProfiler, kv_state_reader
 from .queue import PolicyRequestQueue
 from .steps import StepMonitor
 
@@ -110,6 +114,7 @@ class FairSchedulingMixin:
         if config.policy == "aging" and config.aging.alpha == AUTO:
             self._auto_alpha = AutoAlpha(config.aging.auto_factor, PrefillRateEstimator())
             listeners.append(self._calibrate_alpha)
+        self._chunk_rule = self._make_chunk_rule(config)
         self._profiler: StepProfiler | None = None
         if config.profile.path:
             self._profiler = StepProfiler.for_scheduler(self, config.profile, vllm_config)
@@ -147,14 +152,19 @@ class FairSchedulingMixin:
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         if request.status in COMPLETED:
             self.fairsched_policy.observe_finished(request_view(request))
+        if self._chunk_rule is not None:
+            self._chunk_rule.forget(request.request_id)
         return super()._free_request(request, *args, **kwargs)
 
     def _reserve_prefill_lookahead(
         self, request: Request, num_computed_tokens: int, num_new_tokens: int
     ) -> int:
         caps = self._prefill_caps
-        if caps is not None and request.request_id in caps and not request.has_encoder_inputs:
-            num_new_tokens = min(num_new_tokens, caps[request.request_id])
+        if caps is not None and not request.has_encoder_inputs:
+            if request.request_id in caps:
+                num_new_tokens = min(num_new_tokens, caps[request.request_id])
+            elif self._chunk_rule is not None and request.status != RequestStatus.RUNNING:
+                num_new_tokens = 0  # a chunk rule's plan is exclusive: not planned, not admitted
         return super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
@@ -168,7 +178,8 @@ class FairSchedulingMixin:
         # which of them this step finishes.
         prefill_ids: set[str] = set()
         finished: list[str] = []
-        batch = self._profiler.new_batch() if self._profiler is not None else None
+        lprs_on = self._chunk_rule is not None and self._chunk_rule.params is not None
+        batch = BatchStats() if self._profiler is not None or lprs_on else None
         for req_id, n in scheduler_output.num_scheduled_tokens.items():
             request = self.requests[req_id]
             computed = request.num_computed_tokens
@@ -180,7 +191,11 @@ class FairSchedulingMixin:
                     batch.add_prefill(n, computed)
             elif batch is not None:
                 batch.add_decode(computed, n)
-        extra = self._profiler.features(batch) if batch is not None else None
+        extra = self._profiler.features(batch) if self._profiler is not None else {}
+        if self._chunk_rule is not None:
+            extra.update(self._chunk_rule.step_record())
+            if batch is not None and lprs_on:
+                extra["lprs_predicted_ms"] = self._chunk_rule.predict_batch(batch)
         super()._update_after_schedule(scheduler_output)
         self._steps.on_dispatch(
             scheduler_output,
@@ -262,7 +277,12 @@ class FairSchedulingMixin:
         decodes.sort(key=lambda request: key(views[request.request_id]))
         prefills.sort(key=lambda request: key(views[request.request_id]))
         self.running[:] = decodes + prefills
-        if not prefills:
+        decode_tokens = [(r.num_computed_tokens, n) for r, n in self._decode_tokens(decodes)]
+        rule = self._chunk_rule
+        if rule is not None:
+            rule.begin_step(decode_tokens, self.max_num_active_reqs,
+                            self.max_num_scheduled_tokens)
+        elif not prefills:
             return {}
         # Closing the generator puts back what it took from the waiting heaps, also
         # when the plan raises.
@@ -271,11 +291,12 @@ class FairSchedulingMixin:
                 self.fairsched_policy,
                 [views[request.request_id] for request in prefills],
                 waiting,
-                decode_tokens=self._decode_tokens(decodes),
+                decode_tokens=sum(n for _ctx, n in decode_tokens),
                 token_budget=self.max_num_scheduled_tokens,
                 free_slots=self.max_num_active_reqs - len(self.running),
                 free_kv_tokens=self._free_kv_tokens(),
                 full_sequence_must_fit=bool(getattr(self, "scheduler_reserve_full_isl", False)),
+                rule=rule,
             )
 
     def _waiting_views(self) -> Generator[RequestView, None, None]:
@@ -286,11 +307,11 @@ class FairSchedulingMixin:
                     yield request_view(request)
 
     @staticmethod
-    def _decode_tokens(decodes: list[Request]) -> int:
-        """Tokens vLLM's running loop will give these decodes (1 plus speculative tokens
-        each), skipping, as vLLM does under async scheduling, a request whose in-flight
-        step already reaches ``max_tokens``."""
-        total = 0
+    def _decode_tokens(decodes: list[Request]) -> list[tuple[Request, int]]:
+        """Tokens vLLM's running loop will give each decode (1 plus speculative tokens),
+        leaving out, as vLLM does under async scheduling, a request whose in-flight step
+        already reaches ``max_tokens``."""
+        out = []
         for r in decodes:
             placeholders = r.num_output_placeholders
             if (
@@ -298,8 +319,25 @@ class FairSchedulingMixin:
                 and r.num_computed_tokens + 2 - placeholders >= r.num_prompt_tokens + r.max_tokens
             ):
                 continue
-            total += max(r.num_tokens_with_spec + placeholders - r.num_computed_tokens, 0)
-        return total
+            out.append((r, max(r.num_tokens_with_spec + placeholders - r.num_computed_tokens, 0)))
+        return out
+
+    def _make_chunk_rule(self, config: FairschedConfig) -> LatencyChunkRule | None:
+        """LPRS, APC and alignment, when any is on; the latency model is loaded and
+        checked now, so a missing or mismatched model stops start-up."""
+        from vllm.platforms import current_platform
+
+        align = config.lprs.align == "on" or (
+            config.lprs.align == "auto" and current_platform.device_type == "npu"
+        )
+        if not (config.lprs.enabled or config.apc.enabled or align):
+            return None
+        predictor = memory = None
+        if config.lprs.enabled:
+            memory = make_memory_provider(config.profile.memory, kv_state_reader(self))
+            predictor = LatencyPredictor.from_config(config.predictor, memory.name)
+        return LatencyChunkRule(config.lprs, config.apc, predictor, memory, self.block_size,
+                                align)
 
     def _free_kv_tokens(self) -> int:
         manager = self.kv_cache_manager

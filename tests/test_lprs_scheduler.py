@@ -1,0 +1,217 @@
+"""LPRS, APC and alignment inside the real vLLM scheduler (fake model outputs), with a
+hand-made linear ONNX latency model served by a real ONNX Runtime session."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+
+import pytest
+
+pytest.importorskip("vllm")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+from vllm.v1.request import RequestStatus  # noqa: E402
+
+from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
+from fairsched_plugin.adapter.offline import (  # noqa: E402
+    OfflineEngine,
+    make_request,
+    make_scheduler,
+)
+from fairsched_plugin.predictor.runtime import PredictorError  # noqa: E402
+from linear_onnx import write_linear_model  # noqa: E402
+
+BUDGET = 256
+
+
+@pytest.fixture
+def model(tmp_path):
+    """10 ms + 0.25 ms per scheduled token: 160 tokens hit a 50 ms target."""
+    return write_linear_model(tmp_path / "linear.onnx", base_ms=10.0, per_token_ms=0.25)
+
+
+def _engine(model_dir, config, cls=FairSyncScheduler, **kwargs) -> OfflineEngine:
+    kwargs.setdefault("max_num_batched_tokens", BUDGET)
+    kwargs.setdefault("async_scheduling", cls is FairScheduler)
+    kwargs.setdefault("num_blocks", 4000)
+    return OfflineEngine(
+        make_scheduler(cls, model_dir, additional_config={"fairsched": config}, **kwargs)
+    )
+
+
+def _lprs(model, **extra):
+    return {"policy": "fcfs", "predictor": {"path": str(model)},
+            "lprs": {"enabled": True, "target_ms": 50.0, "granularity": 32}, **extra}
+
+
+def test_lprs_chooses_the_chunk_whose_predicted_time_meets_the_target(config_only_model, model):
+    engine = _engine(config_only_model, _lprs(model))
+    engine.add([make_request("long", 2000, 4, arrival_time=1.0)])
+    # 10 + 0.25 * 160 = 50 ms; the token budget rule would take all 256.
+    assert engine.step().output.num_scheduled_tokens == {"long": 160}
+
+
+def test_lprs_counts_decodes_in_the_batch_it_predicts(config_only_model, model):
+    engine = _engine(config_only_model, _lprs(model), max_num_seqs=64)
+    engine.add([make_request(f"d{i}", 10, 100, arrival_time=float(i)) for i in range(40)])
+    scheduler = engine.scheduler
+    while scheduler.waiting or any(
+        r.num_computed_tokens < r.num_prompt_tokens for r in scheduler.running
+    ):
+        engine.step()
+    engine.add([make_request("long", 2000, 4, arrival_time=100.0)])
+    scheduled = engine.step().output.num_scheduled_tokens
+    # With 40 decodes the batch takes 10 + 0.25 * (40 + c) ms: c = 96 gives 44 ms (6 under,
+    # score 6), c = 128 gives 52 ms (2 over, score 4 x 2 = 8), so 96.
+    assert scheduled["long"] == 96
+    assert sum(scheduled.values()) == 136
+
+
+@pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
+@pytest.mark.parametrize("policy", ["fcfs", "aging", "srtf", "af-lcb"])
+def test_the_budget_always_holds_and_everything_finishes(config_only_model, model, cls, policy):
+    config = _lprs(model, policy=policy, apc={"enabled": True, "max_active_prefills": 2},
+                   lprs={"enabled": True, "target_ms": 40.0, "granularity": 16, "align": "on"})
+    if policy == "aging":
+        config["aging"] = {"alpha": 37.5}
+    engine = _engine(config_only_model, config, cls=cls, max_num_seqs=8)
+    rng = random.Random(3)
+    pending = sorted(
+        ((rng.randint(0, 60), make_request(f"r{i}", rng.choice([20, 300, 1500]),
+                                           rng.randint(1, 30), arrival_time=1000.0 + i))
+         for i in range(40)),
+        key=lambda item: item[0],
+    )
+    ids = {request.request_id for _, request in pending}
+    step, finished = 0, set()
+    while pending or engine.scheduler.has_unfinished_requests():
+        while pending and pending[0][0] <= step:
+            engine.add([pending.pop(0)[1]])
+        record = engine.step()
+        assert record.output.total_num_scheduled_tokens <= BUDGET
+        finished |= {rid for rid, tokens in record.sampled.items() if tokens}
+        step += 1
+        assert step < 20_000
+    engine.drain()
+    assert finished == ids
+    assert not engine.scheduler._chunk_rule.apc.deferred  # no streak left behind
+
+
+def test_nonsense_predictions_fall_back_to_the_budget_rule_and_log_once(
+    config_only_model, tmp_path, caplog
+):
+    negative = write_linear_model(tmp_path / "neg.onnx", base_ms=10.0, per_token_ms=-1.0)
+    engine = _engine(config_only_model, _lprs(negative))
+    engine.add([make_request("a", 2000, 4, arrival_time=1.0)])
+    with caplog.at_level(logging.WARNING, logger="vllm.fairsched"):
+        for _ in range(3):
+            assert engine.step().output.num_scheduled_tokens == {"a": BUDGET}
+    assert engine.scheduler._chunk_rule.fallbacks == 3
+    warnings = [r for r in caplog.records if "fell back" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_warm_start_gives_a_minimum_chunk_when_the_target_is_already_spent(
+    config_only_model, tmp_path
+):
+    """Every candidate overflows (100 ms fixed cost > 50 ms target), so LPRS proposes one
+    token; with no prefill active, APC warm-starts one prefill at L_min and holds the rest."""
+    slow = write_linear_model(tmp_path / "slow.onnx", base_ms=100.0, per_token_ms=0.25)
+    engine = _engine(config_only_model, _lprs(slow, apc={"enabled": True, "min_chunk": 24}))
+    engine.add([make_request("a", 500, 4, arrival_time=1.0),
+                make_request("b", 500, 4, arrival_time=2.0)])
+    record = engine.step()
+    assert record.output.num_scheduled_tokens == {"a": 24}
+    counts = engine.scheduler._chunk_rule.apc.counts
+    assert counts["warm_start"] == 1 and counts["blocked_by_min_chunk"] == 1
+
+
+def test_apc_caps_active_prefills(config_only_model, model):
+    engine = _engine(config_only_model, {
+        "policy": "fcfs", "apc": {"enabled": True, "max_active_prefills": 2, "min_chunk": 16}})
+    engine.add([make_request(f"r{i}", 40, 4, arrival_time=float(i)) for i in range(5)])
+    assert engine.step().output.num_scheduled_tokens == {"r0": 40, "r1": 40}
+
+
+def _long_prompt_under_short_stream(model_dir, max_deferred_steps: int, steps: int) -> int:
+    """Prefill tokens a long prompt gets in ``steps`` steps while, under SPF with room for
+    one active prefill, a new short request arrives every step and outranks it."""
+    engine = _engine(model_dir, {
+        "policy": "spf",
+        "apc": {"enabled": True, "max_active_prefills": 1, "min_chunk": 16,
+                "max_deferred_steps": max_deferred_steps},
+    }, max_num_seqs=64)
+    engine.add([make_request("long", 1200, 500, arrival_time=0.0)])
+    engine.step()  # alone at first: it becomes a running partial prefill
+    for step in range(steps):
+        engine.add([make_request(f"s{step}", 20, 2, arrival_time=1.0 + step)])
+        engine.step()
+    return min(engine.scheduler.requests["long"].num_computed_tokens, 1200)
+
+
+def test_no_starvation_under_a_sustained_stream_of_short_requests(config_only_model):
+    # Without the deferral bound the activity cap keeps the long prompt where it was...
+    stuck = _long_prompt_under_short_stream(config_only_model, 10**6, steps=60)
+    assert stuck == BUDGET
+    # ...with it, the long prompt is forced forward every few steps and finishes.
+    assert _long_prompt_under_short_stream(config_only_model, 4, steps=60) == 1200
+
+
+def test_alignment_ends_chunks_on_block_boundaries_except_the_last(config_only_model):
+    engine = _engine(config_only_model, {"policy": "fcfs", "lprs": {"align": "on"}},
+                     max_num_batched_tokens=100)
+    engine.add([make_request("a", 250, 2, arrival_time=1.0)])
+    chunks = []
+    while engine.scheduler.requests["a"].num_computed_tokens < 250:
+        chunks.append(engine.step().output.num_scheduled_tokens["a"])
+    ends = [sum(chunks[: i + 1]) for i in range(len(chunks))]
+    assert all(end % 16 == 0 for end in ends[:-1]) and ends[-1] == 250
+    assert chunks[0] == 96
+
+
+def test_trace_has_prediction_candidates_and_apc_counters(config_only_model, model, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    engine = _engine(config_only_model, _lprs(model, apc={"enabled": True},
+                                              trace_path=str(trace)))
+    engine.add([make_request("a", 600, 3, arrival_time=1.0)])
+    engine.run_until_idle()
+    engine.scheduler.shutdown()
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    first = records[0]
+    assert first["prefill_chunks"] == [160]
+    assert first["lprs_predicted_ms"] == pytest.approx(50.0)
+    assert first["lprs_candidates"] == 9 and first["lprs_fallback"] is False
+    assert first["apc"]["accepted"] == 1 and first["apc_cap"] == 8
+
+
+def test_a_missing_or_mismatched_model_stops_start_up(config_only_model, tmp_path):
+    with pytest.raises(PredictorError, match="no such file"):
+        _engine(config_only_model, _lprs(tmp_path / "absent.onnx"))
+    other = write_linear_model(tmp_path / "nvml.onnx", 10.0, 0.25, memory_provider="nvml")
+    with pytest.raises(PredictorError, match="memory provider"):
+        _engine(config_only_model, _lprs(other))
+    engine = _engine(config_only_model,
+                     {**_lprs(other), "predictor": {"path": str(other),
+                                                    "allow_memory_mismatch": True}})
+    assert engine.scheduler._chunk_rule.predictor is not None
+
+
+def test_lprs_without_a_model_is_a_config_error(config_only_model):
+    with pytest.raises(ValueError, match="predictor.path"):
+        _engine(config_only_model, {"lprs": {"enabled": True}})
+
+
+def test_aborted_deferred_requests_leave_no_apc_state(config_only_model):
+    engine = _engine(config_only_model, {
+        "policy": "fcfs", "apc": {"enabled": True, "max_active_prefills": 1}})
+    engine.add([make_request("a", 2000, 2, arrival_time=1.0),
+                make_request("b", 2000, 2, arrival_time=2.0)])
+    engine.step()
+    engine.step()
+    assert "b" not in engine.scheduler._chunk_rule.apc.deferred  # waiting: never considered
+    engine.scheduler.finish_requests(["a", "b"], RequestStatus.FINISHED_ABORTED)
+    engine.drain()
+    assert not engine.scheduler._chunk_rule.apc.deferred
