@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -182,3 +184,16 @@ def test_predict_rejects_rows_of_the_wrong_width(trained):
 
 def test_cann_batches_are_padded_to_few_shapes():
     assert [padded_batch(n) for n in (1, 16, 17, 33, 64, 65)] == [16, 16, 32, 64, 64, 128]
+
+
+def test_serving_modules_import_neither_torch_nor_onnx():
+    """The scheduler imports these; only training may load torch and onnx (DESIGN.md)."""
+    code = (
+        "import sys\n"
+        "import fairsched_plugin.predictor.features, fairsched_plugin.predictor.memory\n"
+        "import fairsched_plugin.predictor.profiling, fairsched_plugin.predictor.runtime\n"
+        "print(sorted(m for m in ('torch', 'onnx') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
