@@ -9,7 +9,9 @@ import pytest
 from fairsched_plugin.bench.metrics import (
     aggregate_repeats,
     jain_index,
+    latency_control,
     latency_stats,
+    step_deviations,
     summarize_run,
 )
 
@@ -219,3 +221,35 @@ def test_queue_time_uses_trace_admission_when_joined() -> None:
     assert latency["queue_s"] == pytest.approx(0.25)      # 1.25 - 1.0
     assert latency["execution_s"] == pytest.approx(1.75)  # E2E 2.0 - queue 0.25
     assert latency["ttft_s"] == pytest.approx(0.75)
+
+
+def _step(ms: float, prefills: int = 1, **extra) -> dict:
+    return {"step_time_s": ms / 1000.0, "num_prefills": prefills, "num_decodes": 1,
+            "decode_tokens": 1, "prefill_tokens": 10 * prefills, "prefill_chunks": [10] * prefills,
+            **extra}
+
+
+def test_latency_control_scores_steps_against_the_target():
+    trace = [_step(50), _step(54), _step(44), _step(80), _step(20, prefills=0),
+             _step(50, lprs_predicted_ms=48.0, lprs_fallback=True)]
+    control = latency_control(trace, target_ms=50.0)
+    assert control["steps"] == 6
+    assert control["within_10pct"] == pytest.approx(3 / 6)  # 50, 54, 50 (44 is 12 % under)
+    assert control["within_10pct_prefill"] == pytest.approx(3 / 5)
+    assert control["over_10pct"] == pytest.approx(1 / 6)
+    assert control["prediction_mae_ms"] == pytest.approx(2.0)
+    assert control["fallback_steps"] == 1
+    assert step_deviations(trace, 50.0)[3] == pytest.approx(0.6)
+
+
+def test_summary_takes_the_lprs_target_from_the_trace_and_sums_apc_outcomes():
+    trace = [_step(50, lprs_target_ms=50.0, apc={"accepted": 2, "warm_start": 1,
+                                                  "blocked_by_cap": 3}),
+             _step(30, lprs_target_ms=50.0, apc={"accepted": 1, "forced": 1})]
+    summary = summarize_run([], trace)
+    assert summary["control"]["target_ms"] == 50.0
+    assert summary["control"]["within_10pct"] == 0.5
+    assert summary["apc"] == {"accepted": 3, "warm_start": 1, "blocked_by_cap": 3,
+                              "forced": 1, "interventions": 5}
+    assert "control" not in summarize_run([], [_step(50)])
+    assert summarize_run([], [_step(50)], target_ms=50.0)["control"]["within_10pct"] == 1.0

@@ -185,3 +185,19 @@ def test_several_categories_draw_the_per_category_tail_plot(tmp_path: Path) -> N
     single = {"fifo": [repeat(1.0, 4.0, "steady")], "spf": [repeat(0.5, 3.0, "steady")]}
     write_report(tmp_path / "one", single)
     assert not (tmp_path / "one" / "tail_vs_baseline_by_category.png").exists()
+
+
+def test_control_section_and_deviation_plot_when_a_target_is_given(tmp_path: Path) -> None:
+    steps = [{"step_time_s": t, "num_prefills": 1, "num_decodes": 1, "decode_tokens": 1,
+              "prefill_tokens": 8, "prefill_chunks": [8]} for t in (0.050, 0.052, 0.090)]
+    lprs_steps = [{**s, "lprs_target_ms": 50.0, "apc": {"accepted": 1, "warm_start": 1}}
+                  for s in steps]
+    runs = {
+        "fcfs": [{**repeat(1.0, 2.0), "trace": steps}],
+        "fcfs+lprs+apc": [{**repeat(1.0, 2.0), "trace": lprs_steps}],
+    }
+    markdown = write_report(tmp_path, runs, target_ms=50.0).read_text()
+    assert "seed 000 Tables 9 and 10" in markdown
+    assert row(markdown, "Steps within 10 % of target (share)")[1:] == ["0.667", "0.667"]
+    assert row(markdown, "APC: interventions (all but accepted)")[1:] == ["-", "3"]
+    assert (tmp_path / "target_deviation.png").stat().st_size > 0

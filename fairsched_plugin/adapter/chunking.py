@@ -130,6 +130,7 @@ class LatencyChunkRule:
         """What this step's plan did, for the trace."""
         record: dict[str, Any] = {}
         if self.params is not None:
+            record["lprs_target_ms"] = self.params.target_ms
             record["lprs_candidates"] = self._candidates
             record["lprs_fallback"] = self._fell_back
         if self.apc is not None:

@@ -10,7 +10,7 @@ arms share one compiled model.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..config import POLICY_NAMES, ConfigError, load_config
 
@@ -24,18 +24,27 @@ class Arm:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def parse_arm(spec: str) -> Arm:
-    """``policy[:key=value...]`` with keys relative to the policy's config section."""
+SWITCHES = ("lprs", "apc")
+"""Mechanisms an arm switches on with ``+name`` (e.g. ``aging+lprs+apc``)."""
+
+
+def parse_arm(spec: str, settings: Mapping[str, str] | None = None) -> Arm:
+    """``policy[+switch...][:key=value...]`` with keys relative to the policy's config
+    section; ``settings`` are ``FAIRSCHED_*`` variables shared by every plugin arm."""
     spec = spec.strip()
     if spec == STOCK:
         return Arm(STOCK)
-    policy, *params = spec.split(":")
-    if policy not in POLICY_NAMES:
+    head, *params = spec.split(":")
+    policy, *switches = head.split("+")
+    if policy not in POLICY_NAMES or any(s not in SWITCHES for s in switches):
         raise ConfigError(
             f"unknown arm {spec!r}: use {STOCK!r} or one of {', '.join(POLICY_NAMES)}, "
-            "optionally with :key=value parameters (e.g. aging:alpha=150)"
+            f"optionally with +{'/+'.join(SWITCHES)} and :key=value parameters "
+            "(e.g. aging:alpha=150, fcfs+lprs+apc)"
         )
-    env = {"FAIRSCHED_POLICY": policy}
+    env = {**(settings or {}), "FAIRSCHED_POLICY": policy}
+    for switch in switches:
+        env[f"FAIRSCHED_{switch.upper()}_ENABLED"] = "true"
     for item in params:
         key, sep, value = item.partition("=")
         if not sep:
@@ -45,27 +54,17 @@ def parse_arm(spec: str) -> Arm:
     return Arm(spec, ("--scheduler-cls", "fairsched_plugin.FairScheduler"), env)
 
 
-def parse_arms(text: str) -> list[Arm]:
-    arms = [parse_arm(spec) for spec in text.split(",") if spec.strip()]
+def parse_arms(text: str, settings: Mapping[str, str] | None = None) -> list[Arm]:
+    """Comma-separated arms; ``settings`` (``FAIRSCHED_*`` variables) go to every plugin
+    arm and are refused when a ``stock`` arm could not honour them."""
+    arms = [parse_arm(spec, settings) for spec in text.split(",") if spec.strip()]
+    if settings and any(arm.name == STOCK for arm in arms):
+        raise ConfigError(
+            f"{', '.join(sorted(settings))} cannot apply to the {STOCK!r} arm (vLLM's own "
+            "scheduler); leave it out or drop these settings"
+        )
     names = [arm.name for arm in arms]
     if len(set(names)) != len(names):
         raise ConfigError(f"arms must be distinct, got {names}")
     return arms
 
-
-def with_plugin_settings(arms: list[Arm], settings: Mapping[str, str]) -> list[Arm]:
-    """The same arms with shared plugin settings (``FAIRSCHED_*`` variables) added to
-    every plugin arm; refused when a ``stock`` arm could not honour them."""
-    if not settings:
-        return arms
-    if any(arm.name == STOCK for arm in arms):
-        raise ConfigError(
-            f"{', '.join(sorted(settings))} cannot apply to the {STOCK!r} arm (vLLM's own "
-            "scheduler); leave it out or drop these settings"
-        )
-    out = []
-    for arm in arms:
-        env = {**arm.env, **settings}
-        load_config(None, environ=env)
-        out.append(replace(arm, env=env))
-    return out

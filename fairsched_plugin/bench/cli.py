@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
-from ..config import SERVICE_MODES
-from .arms import parse_arms, with_plugin_settings
+from ..config import ENV_PREFIX, SERVICE_MODES
+from .arms import parse_arms
 from .pairs import PairPool, read_pool, write_pool
 from .report import analyse_runs, render_markdown, write_report
 from .runner import EngineSettings, run_external, run_matrix
@@ -33,7 +33,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "bench", help="replay workloads against a server per policy and write a report"
     )
     bench.add_argument("--arms", "--policies", dest="arms", default="fcfs,aging",
-                       help="comma-separated: stock, fcfs, aging, aging:alpha=150 ...")
+                       help="comma-separated: stock, fcfs, aging, aging:alpha=150, "
+                            "fcfs+lprs, aging+lprs+apc ...")
     case = bench.add_mutually_exclusive_group(required=True)
     case.add_argument("--workload", type=_workload_names, metavar="NAME[,NAME...]",
                       help="generate these workloads (one server start per arm replays all; "
@@ -63,6 +64,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                        help="plugin service mode for every plugin arm (FAIRSCHED_SERVICE)")
     bench.add_argument("--max-batch-size", type=int,
                        help="requests served per step with --service ranked")
+    bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="plugin config for every plugin arm, dotted key "
+                            "(e.g. --set lprs.target_ms=30 --set predictor.path=m.onnx)")
+    bench.add_argument("--target-ms", type=float,
+                       help="score every arm's step times against this latency target "
+                            "(default: lprs.target_ms when set)")
     bench.add_argument("--engine-arg", action="append", default=[],
                        help="extra vLLM argument, repeatable (e.g. --engine-arg=--enforce-eager)")
     bench.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")
@@ -127,9 +134,20 @@ def load_cases(args: argparse.Namespace) -> dict[str, list[WorkloadRequest]]:
     }
 
 
+PATH_KEYS = ("predictor.path", "profile.path", "trace_path")
+
+
 def plugin_settings(args: argparse.Namespace) -> dict[str, str]:
     """``FAIRSCHED_*`` settings shared by every plugin arm."""
     settings = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r} is not KEY=VALUE")
+        key = key.strip()
+        if key in PATH_KEYS and value:
+            value = str(Path(value).resolve())  # the server runs in its own directory
+        settings[ENV_PREFIX + key.replace(".", "_").upper()] = value
     if args.service:
         settings["FAIRSCHED_SERVICE"] = args.service
     if args.max_batch_size is not None:
@@ -139,7 +157,7 @@ def plugin_settings(args: argparse.Namespace) -> dict[str, str]:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        arms = with_plugin_settings(parse_arms(args.arms), plugin_settings(args))
+        arms = parse_arms(args.arms, plugin_settings(args))
         if args.base_url is None and args.model_dir == DEFAULT_MODEL_DIR:
             build_tiny_model(args.model_dir)
         cases = load_cases(args)
@@ -177,7 +195,10 @@ def main(args: argparse.Namespace) -> int:
         "repeat": args.repeat,
     }
     (args.out / "config.json").write_text(json.dumps(config, indent=2))
-    report = write_report(args.out, runs, config=config)
+    target = args.target_ms
+    if target is None and "FAIRSCHED_LPRS_TARGET_MS" in config["plugin_settings"]:
+        target = float(config["plugin_settings"]["FAIRSCHED_LPRS_TARGET_MS"])
+    report = write_report(args.out, runs, config=config, target_ms=target)
     print(render_markdown(analyse_runs(runs), main_only=True))
     print(f"report: {report}")
     return 0

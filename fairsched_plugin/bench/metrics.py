@@ -125,7 +125,9 @@ def jain_index(values: Sequence[float]) -> float | None:
 
 
 def summarize_run(
-    requests: Sequence[Request], trace: Sequence[TraceRecord] | None = None
+    requests: Sequence[Request],
+    trace: Sequence[TraceRecord] | None = None,
+    target_ms: float | None = None,
 ) -> dict[str, Any]:
     """All metrics of one run as a JSON-serialisable dict.
 
@@ -142,6 +144,9 @@ def summarize_run(
                      max_ttft_s, ttft_p99_over_p50}
         batch:      {steps, avg_batch_size, avg_tokens_per_step, avg_step_time_s,
                      steps_per_request, avg_prefill_chunk_tokens, avg_prefill_seqs_per_step}
+        control:    see :func:`latency_control` (step times against ``target_ms``, or the
+                    LPRS target the trace records; absent without either)
+        apc:        see :func:`apc_interventions` (absent without APC in the trace)
     """
     completed = [r for r in requests if is_completed(r)]
     latencies = [request_latencies(r) for r in completed]
@@ -155,7 +160,72 @@ def summarize_run(
         "by_tier": _grouped(requests, "tier", int),
         "fairness": _fairness(completed, latencies, latency["ttft_s"]),
         "batch": batch_efficiency(trace or [], len(completed)),
+        **_control_blocks(trace or [], target_ms),
     }
+
+
+def _control_blocks(trace: Sequence[TraceRecord], target_ms: float | None) -> dict[str, Any]:
+    blocks: dict[str, Any] = {}
+    if target_ms is None:
+        target_ms = next((s["lprs_target_ms"] for s in trace if "lprs_target_ms" in s), None)
+    if target_ms is not None and trace:
+        blocks["control"] = latency_control(trace, target_ms)
+    if any("apc" in s for s in trace):
+        blocks["apc"] = apc_interventions(trace)
+    return blocks
+
+
+WITHIN = 0.10
+"""A step is on target when its measured time is within 10 % of the target (Table 9)."""
+
+
+def latency_control(trace: Sequence[TraceRecord], target_ms: float) -> dict[str, Any]:
+    """How closely measured step times follow a latency target (seed 000 Table 9).
+
+    ``within_10pct`` counts every step; ``within_10pct_prefill`` only steps that scheduled
+    prefill work, the only steps a chunk rule can shape (a decode-only step takes what its
+    decodes take). Deviations are (measured - target) / target. ``prediction_mae_ms``
+    compares the trace's predicted batch time (LPRS arms) with the measured one.
+    """
+    times = np.array([s["step_time_s"] * 1000.0 for s in trace if s.get("step_time_s") is not None])
+    prefill = np.array([s["step_time_s"] * 1000.0 for s in trace
+                        if s.get("step_time_s") is not None and s.get("num_prefills")])
+    deviation = (times - target_ms) / target_ms
+    pairs = [(s["lprs_predicted_ms"], s["step_time_s"] * 1000.0) for s in trace
+             if s.get("lprs_predicted_ms") is not None and s.get("step_time_s") is not None
+             and np.isfinite(s["lprs_predicted_ms"])]
+    return {
+        "target_ms": target_ms,
+        "steps": int(len(times)),
+        "within_10pct": _share(np.abs(deviation) <= WITHIN),
+        "within_10pct_prefill": _share(np.abs((prefill - target_ms) / target_ms) <= WITHIN),
+        "over_10pct": _share(deviation > WITHIN),
+        "deviation_p50": float(np.median(deviation)) if len(deviation) else None,
+        "abs_deviation_mean_ms": float(np.mean(np.abs(times - target_ms))) if len(times) else None,
+        "prediction_mae_ms": (float(np.mean([abs(p - m) for p, m in pairs])) if pairs else None),
+        "fallback_steps": sum(1 for s in trace if s.get("lprs_fallback")),
+    }
+
+
+def step_deviations(trace: Sequence[TraceRecord], target_ms: float) -> np.ndarray:
+    """(measured - target) / target of every timed step, for the deviation histogram."""
+    times = np.array([s["step_time_s"] * 1000.0 for s in trace if s.get("step_time_s") is not None])
+    return (times - target_ms) / target_ms
+
+
+def apc_interventions(trace: Sequence[TraceRecord]) -> dict[str, Any]:
+    """APC's outcomes summed over the run; interventions = everything but accepting the
+    proposed chunk (holding back, warm-starting or forcing a prefill)."""
+    totals: dict[str, int] = {}
+    for step in trace:
+        for outcome, count in (step.get("apc") or {}).items():
+            totals[outcome] = totals.get(outcome, 0) + count
+    totals["interventions"] = sum(v for k, v in totals.items() if k != "accepted")
+    return totals
+
+
+def _share(flags: np.ndarray) -> float | None:
+    return float(np.mean(flags)) if len(flags) else None
 
 
 def _latency_block(latencies: Sequence[Mapping[str, float | None]]) -> dict[str, dict]:

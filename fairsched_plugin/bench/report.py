@@ -27,6 +27,7 @@ from fairsched_plugin.bench.metrics import (
     aggregate_repeats,
     is_completed,
     request_latencies,
+    step_deviations,
     summarize_run,
 )
 
@@ -42,8 +43,10 @@ MISSING = "-"
 # ---------------------------------------------------------------- analysis
 
 
-def analyse_runs(runs: Runs) -> dict[str, dict[str, Any]]:
-    """Per arm: every repeat's summary, their aggregate, and an aggregate per workload category."""
+def analyse_runs(runs: Runs, target_ms: float | None = None) -> dict[str, dict[str, Any]]:
+    """Per arm: every repeat's summary, their aggregate, and an aggregate per workload
+    category. With ``target_ms`` every arm's step times are scored against that latency
+    target (else only LPRS arms, against the target their trace records)."""
     analysis = {}
     for arm, repeats in runs.items():
         if not repeats:
@@ -52,7 +55,7 @@ def analyse_runs(runs: Runs) -> dict[str, dict[str, Any]]:
             {
                 "category": _category(repeat),
                 "meta": repeat.get("meta") or {},
-                "summary": summarize_run(repeat["requests"], repeat.get("trace")),
+                "summary": summarize_run(repeat["requests"], repeat.get("trace"), target_ms),
             }
             for repeat in repeats
         ]
@@ -214,6 +217,8 @@ def render_markdown(
     ]
     if len(_categories(analysis)) > 1:
         sections.append(_category_section(analysis))
+    if any("control" in a["aggregate"] or "apc" in a["aggregate"] for a in analysis.values()):
+        sections.append(_control_section(analysis))
     if figures:
         sections.append(
             "## Figures\n\n" + "\n\n".join(f"![{caption}]({name})" for name, caption in figures)
@@ -403,6 +408,43 @@ def _category_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
     ])
 
 
+CONTROL_ROWS = (
+    # (label, path, scale, is a count)
+    ("Latency target (ms)", ("control", "target_ms"), 1.0, False),
+    ("Steps within 10 % of target (share)", ("control", "within_10pct"), 1.0, False),
+    ("Prefill steps within 10 % of target (share)", ("control", "within_10pct_prefill"), 1.0,
+     False),
+    ("Steps over target by > 10 % (share)", ("control", "over_10pct"), 1.0, False),
+    ("Median deviation from target", ("control", "deviation_p50"), 1.0, False),
+    ("Mean |step time - target| (ms)", ("control", "abs_deviation_mean_ms"), 1.0, False),
+    ("Predicted vs measured step MAE (ms)", ("control", "prediction_mae_ms"), 1.0, False),
+    ("LPRS fallback steps", ("control", "fallback_steps"), 1.0, True),
+    ("APC: held back, activity cap", ("apc", "blocked_by_cap"), 1.0, True),
+    ("APC: held back, minimum chunk", ("apc", "blocked_by_min_chunk"), 1.0, True),
+    ("APC: warm starts", ("apc", "warm_start"), 1.0, True),
+    ("APC: forced by the deferral bound", ("apc", "forced"), 1.0, True),
+    ("APC: interventions (all but accepted)", ("apc", "interventions"), 1.0, True),
+)
+
+
+def _control_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
+    aggregates = {arm: a["aggregate"] for arm, a in analysis.items()}
+    rows = [
+        [label] + [
+            _count(_stat(agg, *path)) if is_count else _cell(_stat(agg, *path), scale)
+            for agg in aggregates.values()
+        ]
+        for label, path, scale, is_count in CONTROL_ROWS
+    ]
+    return (
+        "## 8. Latency control and active prefill control (seed 000 Tables 9 and 10)\n\n"
+        + _table(["Metric", *aggregates], rows)
+        + "\n\nStep time = the scheduler's measured batch time. A decode-only step cannot be "
+        "shaped by chunk choice, so the share is also given over steps that scheduled prefill "
+        f"work. APC counts are per run. {MISSING}: not applicable to the arm."
+    )
+
+
 def _category_table(
     analysis: Mapping[str, Mapping[str, Any]],
     categories: Sequence[str],
@@ -565,6 +607,30 @@ def _plot_category_tail_ratios(
     figure.savefig(path)
 
 
+def _plot_deviation_histogram(
+    path: Path, runs: Runs, analysis: Mapping[str, Any], colors: Mapping[str, str]
+) -> None:
+    """Seed 000 Table 9's companion: where measured step times fall around the target."""
+    figure, axes = _figure(width=9.0, height=5.0)
+    ax = axes[0]
+    bins = np.linspace(-1.0, 2.0, 61)
+    for arm, repeats in runs.items():
+        summaries = [e["summary"] for e in analysis[arm]["repeats"]]
+        targets = [s["control"]["target_ms"] for s in summaries if "control" in s]
+        if not targets:
+            continue
+        deviations = np.concatenate([step_deviations(r.get("trace") or [], t)
+                                     for r, t in zip(repeats, targets)])
+        ax.hist(np.clip(deviations, bins[0], bins[-1]), bins=bins, histtype="step",
+                linewidth=1.5, color=colors[arm], label=arm, density=True)
+    ax.axvspan(-0.1, 0.1, color="green", alpha=0.1, label="within 10 %")
+    ax.set_xlabel("(measured step time - target) / target (clipped to [-1, 2])")
+    ax.set_ylabel("density of steps")
+    ax.legend()
+    figure.suptitle("Step-time deviation from the latency target")
+    figure.savefig(path)
+
+
 def _labelled_points(
     ax: Axes, points: Mapping[str, tuple[Stat | None, Stat | None]], baseline: str,
     colors: Mapping[str, str], x_scale: float, y_scale: float,
@@ -660,6 +726,9 @@ def _write_figures(
         figures.append(("tail_vs_baseline_by_category.png",
                         f"P95 and P99 E2E normalised to {baseline} per category (seed 002 Fig. 4)"))
         _plot_category_tail_ratios(out_dir / figures[-1][0], analysis, baseline, colors)
+    if any("control" in a["aggregate"] for a in analysis.values()):
+        figures.append(("target_deviation.png", "Step-time deviation from the latency target"))
+        _plot_deviation_histogram(out_dir / figures[-1][0], runs, analysis, colors)
     traced = (_mean(a["aggregate"], "batch", "avg_batch_size") for a in analysis.values())
     if any(value is not None for value in traced):
         figures.append(("batch_efficiency.png", "Batch efficiency per arm"))
@@ -676,6 +745,7 @@ def write_report(
     *,
     baseline: str | None = None,
     config: Mapping[str, Any] | None = None,
+    target_ms: float | None = None,
 ) -> Path:
     """Analyse ``runs`` (arm -> repeats) and write report.json, report.md and the PNG plots.
 
@@ -683,7 +753,7 @@ def write_report(
     (trace, category and meta optional). ``baseline`` defaults to the first arm. Returns the
     path of report.md.
     """
-    analysis = analyse_runs(runs)
+    analysis = analyse_runs(runs, target_ms)
     baseline = _checked_baseline(analysis, baseline)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
