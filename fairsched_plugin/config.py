@@ -111,6 +111,7 @@ class LPRSConfig:
     underfill_penalty: float = 1.0
     overflow_penalty: float = 4.0
     align: str = "auto"
+    correction: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,10 @@ KEYS: tuple[_Key, ...] = (
          _positive),
     _Key("lprs.align", str, '"auto" (align chunk ends to the KV block size on Ascend NPUs), '
          '"on" or "off"', lambda v: v in ALIGN_MODES, normalise=str.lower),
+    _Key("lprs.correction", float,
+         "a number in [0, 1]: weight of each step's measured-minus-predicted time in the "
+         "running bias added to predictions (0: the paper's uncorrected predictor)",
+         lambda v: 0 <= v <= 1),
     _Key("apc.enabled", bool, "true or false (active prefill control)"),
     _Key("apc.max_active_prefills", int, "an integer >= 1 (C_max: prefills active at once)",
          lambda v: v >= 1),

@@ -43,8 +43,11 @@ def _engine(model_dir, config, cls=FairSyncScheduler, **kwargs) -> OfflineEngine
 
 
 def _lprs(model, **extra):
+    """LPRS on the given model. The fake steps take no time, so the online correction
+    (tested on its own below) is off: these tests work out the paper's choices by hand."""
     return {"policy": "fcfs", "predictor": {"path": str(model)},
-            "lprs": {"enabled": True, "target_ms": 50.0, "granularity": 32}, **extra}
+            "lprs": {"enabled": True, "target_ms": 50.0, "granularity": 32, "correction": 0.0},
+            **extra}
 
 
 def test_lprs_chooses_the_chunk_whose_predicted_time_meets_the_target(config_only_model, model):
@@ -215,3 +218,27 @@ def test_aborted_deferred_requests_leave_no_apc_state(config_only_model):
     engine.scheduler.finish_requests(["a", "b"], RequestStatus.FINISHED_ABORTED)
     engine.drain()
     assert not engine.scheduler._chunk_rule.apc.deferred
+
+
+@pytest.mark.parametrize("correction", [0.0, 0.5])
+def test_online_correction_follows_a_model_that_under_predicts(config_only_model, model,
+                                                               correction):
+    """The model says 160 tokens take 50 ms; every fake step really takes 70 ms. With the
+    correction the bias climbs towards the 20 ms gap and LPRS takes smaller chunks; with
+    correction 0 (the paper's predictor) it keeps taking 160."""
+    scheduler = make_scheduler(
+        FairSyncScheduler, config_only_model, max_num_batched_tokens=BUDGET, num_blocks=4000,
+        async_scheduling=False,
+        additional_config={"fairsched": _lprs(model, lprs={
+            "enabled": True, "target_ms": 50.0, "granularity": 32, "correction": correction})},
+    )
+    engine = OfflineEngine(scheduler, model_time_s=0.07)
+    engine.add([make_request("long", 4000, 2, arrival_time=1.0)])
+    chunks = [engine.step().output.num_scheduled_tokens["long"] for _ in range(8)]
+    rule = scheduler._chunk_rule
+    if correction == 0:
+        assert chunks == [160] * 8 and rule.bias_ms == 0.0
+    else:
+        assert chunks[0] == 160
+        assert 10.0 < rule.bias_ms <= 50.0
+        assert chunks[-1] < 160

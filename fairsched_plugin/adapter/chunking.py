@@ -6,6 +6,12 @@ LPRS for each candidate's chunk (one batched ONNX Runtime call per candidate), a
 chunk end to the KV block size when alignment is on, and lets APC accept, warm-start or
 hold it back. A predictor failure or a nonsense prediction (NaN, infinite, negative) makes
 the rest of that step use the token-budget rule; it is counted, and logged the first time.
+
+Beyond the paper, predictions carry a running bias: each step that returns moves it by
+``lprs.correction`` of the gap between the measured and the predicted time of the batch
+actually dispatched. An offline model is off for batch shapes its profile rarely saw (many
+one-token chunks, for one) and when the host's speed drifts; the bias follows both.
+``lprs.correction: 0`` gives the paper's uncorrected predictor.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class LatencyChunkRule:
             if apc.enabled else None
         )
         self.fallbacks = 0
+        self.correction = lprs.correction
+        self.bias_ms = 0.0
         self._batch = BatchStats()
         self._memory_state: MemoryState | None = None
         self._committed = 0
@@ -104,7 +112,9 @@ class LatencyChunkRule:
     def _predict_with(self, processed: int) -> Callable[[np.ndarray], np.ndarray]:
         assert self.predictor is not None and self._memory_state is not None
         batch, memory, predictor = self._batch, self._memory_state, self.predictor
-        return lambda chunks: predictor.predict(candidate_rows(batch, memory, chunks, processed))
+        bias = self.bias_ms
+        return lambda chunks: predictor.predict(
+            candidate_rows(batch, memory, chunks, processed)) + bias
 
     def _fall_back(self, exc: Exception) -> None:
         self._fell_back = True
@@ -116,7 +126,8 @@ class LatencyChunkRule:
             )
 
     def predict_batch(self, batch: BatchStats) -> float:
-        """The predicted time (ms) of a batch as dispatched; NaN without LPRS or on failure."""
+        """The model's time (ms) for a batch as dispatched, without the bias; NaN without
+        LPRS or on failure."""
         if self.params is None or self.predictor is None or self.memory is None:
             return math.nan
         try:
@@ -126,11 +137,21 @@ class LatencyChunkRule:
             return math.nan
         return value
 
+    def observe_step(self, record: dict[str, Any]) -> None:
+        """Step listener: move the bias towards this step's measured - predicted time."""
+        predicted = record.get("lprs_model_ms")
+        if predicted is None or not math.isfinite(predicted) or record.get("step_time_s") is None:
+            return
+        gap = record["step_time_s"] * 1000.0 - predicted
+        limit = self.params.target_ms if self.params is not None else abs(gap)
+        self.bias_ms += self.correction * (max(-limit, min(gap, limit)) - self.bias_ms)
+
     def step_record(self) -> dict[str, Any]:
         """What this step's plan did, for the trace."""
         record: dict[str, Any] = {}
         if self.params is not None:
             record["lprs_target_ms"] = self.params.target_ms
+            record["lprs_bias_ms"] = self.bias_ms
             record["lprs_candidates"] = self._candidates
             record["lprs_fallback"] = self._fell_back
         if self.apc is not None:

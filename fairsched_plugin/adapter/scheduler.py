@@ -115,6 +115,8 @@ class FairSchedulingMixin:
             self._auto_alpha = AutoAlpha(config.aging.auto_factor, PrefillRateEstimator())
             listeners.append(self._calibrate_alpha)
         self._chunk_rule = self._make_chunk_rule(config)
+        if self._chunk_rule is not None and config.lprs.enabled and config.lprs.correction > 0:
+            listeners.append(self._chunk_rule.observe_step)
         self._profiler: StepProfiler | None = None
         if config.profile.path:
             self._profiler = StepProfiler.for_scheduler(self, config.profile, vllm_config)
@@ -195,7 +197,9 @@ class FairSchedulingMixin:
         if self._chunk_rule is not None:
             extra.update(self._chunk_rule.step_record())
             if batch is not None and lprs_on:
-                extra["lprs_predicted_ms"] = self._chunk_rule.predict_batch(batch)
+                model_ms = self._chunk_rule.predict_batch(batch)
+                extra["lprs_model_ms"] = model_ms
+                extra["lprs_predicted_ms"] = model_ms + self._chunk_rule.bias_ms
         super()._update_after_schedule(scheduler_output)
         self._steps.on_dispatch(
             scheduler_output,
