@@ -37,3 +37,26 @@ def test_join_takes_first_admission_and_last_prefill_completion():
     assert requests[0]["admitted_s"] == pytest.approx(0.5)
     assert requests[0]["prefill_done_s"] == pytest.approx(1.2)
     assert requests[1]["admitted_s"] is None and requests[1]["prefill_done_s"] is None
+
+
+def test_sigterm_inside_a_server_block_unwinds_so_the_server_is_stopped():
+    """A benchmark killed with SIGTERM must run its ``finally`` blocks (which stop the
+    server) instead of dying with the server left running."""
+    import os
+    import signal
+    import time
+
+    from fairsched_plugin.bench.server import _sigterm_raises
+
+    before = signal.getsignal(signal.SIGTERM)
+    stopped = []
+    with pytest.raises(SystemExit) as info:
+        with _sigterm_raises():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler raises here
+            finally:
+                stopped.append(True)
+    assert info.value.code == 128 + signal.SIGTERM
+    assert stopped == [True]
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -77,13 +78,33 @@ def running_server(
     env: Mapping[str, str] | None = None,
     ready_timeout_s: float = READY_TIMEOUT_S,
 ) -> Iterator[ServerHandle]:
-    """A started, ready server; stopped (process group killed if need be) on exit."""
+    """A started, ready server; stopped (process group killed if need be) on exit, also
+    when this process is sent SIGTERM (a killed benchmark must not leave a server)."""
     handle = start(model, log_path, engine_args, env)
+    with _sigterm_raises():
+        try:
+            wait_ready(handle, ready_timeout_s)
+            yield handle
+        finally:
+            stop(handle)
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into ``SystemExit`` (so ``finally`` blocks run) while in the block;
+    only the main thread can set handlers, elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
     try:
-        wait_ready(handle, ready_timeout_s)
-        yield handle
+        yield
     finally:
-        stop(handle)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def start(
