@@ -63,10 +63,6 @@ class StepProfiler:
                     config.path, memory.name)
         return cls(writer, memory)
 
-    @staticmethod
-    def new_batch() -> BatchStats:
-        return BatchStats()
-
     def features(self, batch: BatchStats) -> dict[str, Any]:
         """The record fields for a batch just built (memory is read now, at dispatch)."""
         return {FEATURES_FIELD: raw_vector(batch, self.memory.read()).tolist()}
