@@ -20,7 +20,7 @@ from fairsched_plugin.policies.lprs import (
     LPRSParams,
     PredictionError,
     candidate_chunks,
-    scores,
+    score,
     select_chunk,
 )
 
@@ -44,8 +44,7 @@ def test_candidate_set_is_one_h_and_multiples_of_the_granularity():
 
 
 def test_scores_are_asymmetric():
-    predicted = np.array([40.0, 50.0, 55.0])
-    assert scores(predicted, PARAMS).tolist() == [10.0, 0.0, 20.0]
+    assert [score(t, PARAMS) for t in (40.0, 50.0, 55.0)] == [10.0, 0.0, 20.0]
 
 
 def test_select_hits_the_target_exactly_when_a_candidate_does():
@@ -174,3 +173,15 @@ def test_deferral_is_bounded_so_nothing_starves():
 )
 def test_chunk_ends_align_down_except_the_final_chunk(computed, chunk, remaining, block, expected):
     assert align_chunk(computed, chunk, remaining, block) == expected
+
+
+def test_holds_back_exactly_when_no_proposal_could_get_through():
+    apc = ActivePrefillControl(max_active=1, min_chunk=16, max_deferred_steps=2)
+    apc.begin_step(max_seqs=64, num_decodes=0, token_budget=256, committed=0)
+    assert not apc.holds_back("a")  # nothing active yet
+    apc.choose("a", 64, 256, 1000)
+    assert apc.holds_back("b")
+    for proposed in (1, 16, 192):
+        assert decide(proposed, 192, 1000, apc.active, apc.cap, 16)[0] == 0
+    apc.deferred["b"] = 2  # due to be forced: it must be asked
+    assert not apc.holds_back("b")

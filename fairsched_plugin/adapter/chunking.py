@@ -82,7 +82,10 @@ class LatencyChunkRule:
             self.apc.begin_step(max_seqs, len(decodes), token_budget, self._committed)
 
     def choose(self, view: RequestView, bound: int, waiting: bool) -> int:
-        proposed = self._propose(view, bound)
+        if self.apc is not None and self.apc.holds_back(view.request_id):
+            proposed = bound  # APC's cap is reached: no prediction can change the outcome
+        else:
+            proposed = self._propose(view, bound)
         if self.align:
             aligned = align_chunk(view.computed_tokens, proposed, view.remaining_prefill,
                                   self.block_size)

@@ -68,6 +68,15 @@ class ActivePrefillControl:
         self.active = 0
         self.counts = {o.value: 0 for o in Outcome}
 
+    def holds_back(self, request_id: str) -> bool:
+        """True when this prefill gets 0 whatever chunk is proposed (the batch already has
+        ``cap`` active prefills and it is not due to be forced), so the caller can skip
+        working out a proposal."""
+        return (
+            0 < self.cap <= self.active
+            and self.deferred.get(request_id, 0) < self.max_deferred_steps
+        )
+
     def choose(self, request_id: str, proposed: int, bound: int, remaining: int) -> int:
         """The chunk this prefill gets (0: held back this step)."""
         chunk, outcome = decide(proposed, bound, remaining, self.active, self.cap,

@@ -50,14 +50,18 @@ def candidate_chunks(bound: int, granularity: int) -> np.ndarray:
     """Eq. 8, ascending: ``{1, h} ∪ {kΔ | 1 <= kΔ <= h}``; empty when ``h < 1``."""
     if bound < 1:
         return np.empty(0, dtype=np.int64)
-    multiples = np.arange(granularity, bound + 1, granularity, dtype=np.int64)
-    return np.unique(np.concatenate(([1, bound], multiples)))
+    chunks = list(range(granularity, bound + 1, granularity))
+    if granularity > 1:
+        chunks.insert(0, 1)
+    if not chunks or chunks[-1] != bound:
+        chunks.append(bound)
+    return np.array(chunks, dtype=np.int64)
 
 
-def scores(predicted_ms: np.ndarray, params: LPRSParams) -> np.ndarray:
+def score(predicted_ms: float, params: LPRSParams) -> float:
     """Eq. 10: ``λu (T* - T̂)`` below the target, ``λo (T̂ - T*)`` above it."""
     gap = predicted_ms - params.target_ms
-    return np.where(gap <= 0, -gap * params.underfill_penalty, gap * params.overflow_penalty)
+    return -gap * params.underfill_penalty if gap <= 0 else gap * params.overflow_penalty
 
 
 def select_chunk(
@@ -84,8 +88,12 @@ def select_chunk(
         raise PredictionError(
             f"predictor returned {predicted[:8]} for {len(chunks)} candidate chunks"
         )
-    score = scores(predicted, params)
-    best = np.flatnonzero(score == score.min())[-1]  # ties: the larger chunk (ascending)
+    # A few dozen candidates: plain Python is faster here than numpy's per-call overhead.
+    best, best_score = -1, math.inf
+    for i, predicted_ms in enumerate(predicted.tolist()):
+        value = score(predicted_ms, params)
+        if value <= best_score:  # ascending chunks: a tie goes to the larger one
+            best, best_score = i, value
     chunk = int(chunks[best])
     if chunk == 0 and committed == 0 and bound >= 1:  # line 28: never an empty batch
         chunk = 1
