@@ -8,8 +8,8 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
    requests by key, running and waiting together, are served: running requests outside the
    top are hidden from vLLM's loop for the step (keeping their KV cache) and admissions
    are capped at the waiting requests inside it;
-3. the running list is reordered in place: decodes first, then partial prefills, each by
-   policy key, best first;
+3. the running list is reordered in place: decodes first (by key, except under fcfs and
+   aging, where vLLM's admission order is kept), then partial prefills by key, best first;
 4. the plan (``policies.plan_prefill_caps``) gives each running partial prefill the tokens
    the residual budget leaves it once every better-ranked candidate, waiting requests
    included, has taken its share;
@@ -18,7 +18,8 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
    the waiting queue, a heap on the same key, admits in policy order.
 
 Because vLLM's FCFS preemption takes ``running[-1]``, the victim under KV pressure is the
-lowest-ranked partial prefill, or, when none is running, the lowest-ranked decode.
+lowest-ranked partial prefill or, when none is running, the lowest-ranked decode (under fcfs
+and aging: the most recently admitted one).
 
 With a ``trace_path``, the automatic Aging alpha or ``profile.path``, a
 :class:`StepMonitor` also measures every step, from ``_update_after_schedule`` (dispatch)
@@ -130,10 +131,14 @@ class FairSchedulingMixin:
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         policy = self.fairsched_policy
-        if policy.refresh(time.time(), self.get_kv_cache_usage()):
+        if policy.dynamic and policy.refresh(time.time(), self.get_kv_cache_usage()):
             self.waiting.rekey()
             self.kv_holding_waiting.rekey()
-        views = {request.request_id: request_view(request) for request in self.running}
+        views = (
+            {request.request_id: request_view(request) for request in self.running}
+            if self._ranked or policy.orders_decodes
+            else {}
+        )
         max_active = self.max_num_active_reqs
         try:
             if self._ranked:
@@ -269,16 +274,22 @@ class FairSchedulingMixin:
         return hidden
 
     def _plan_step(self, views: dict[str, RequestView]) -> dict[str, int]:
-        """Reorder ``self.running`` and return the token caps of its partial prefills."""
+        """Reorder ``self.running`` and return the token caps of its partial prefills.
+
+        ``views`` holds the running requests' views when they were needed already; those
+        of partial prefills are added here."""
         decodes: list[Request] = []
         prefills: list[Request] = []
         for request in self.running:
             if has_prefill_work(request, request.num_computed_tokens):
                 prefills.append(request)
+                if request.request_id not in views:
+                    views[request.request_id] = request_view(request)
             else:
                 decodes.append(request)
         key = self.fairsched_policy.key
-        decodes.sort(key=lambda request: key(views[request.request_id]))
+        if self.fairsched_policy.orders_decodes:
+            decodes.sort(key=lambda request: key(views[request.request_id]))
         prefills.sort(key=lambda request: key(views[request.request_id]))
         self.running[:] = decodes + prefills
         decode_tokens = [(r.num_computed_tokens, n) for r, n in self._decode_tokens(decodes)]

@@ -80,6 +80,7 @@ class TierLedger:
 
 class AFLCBPolicy(OrderingPolicy):
     name = "af-lcb"
+    dynamic = True
     tracks_service = True
 
     def __init__(

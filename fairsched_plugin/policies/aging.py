@@ -21,9 +21,13 @@ DEFAULT_BETA = -1.0
 
 
 class AgingPolicy(OrderingPolicy):
-    """Shortest remaining prefill first, with a linear age bonus against starvation."""
+    """Shortest remaining prefill first, with a linear age bonus against starvation.
+
+    Decodes are left in vLLM's (admission) order: with no prefill left their keys differ
+    only by arrival, and sorting would cost a request view per decode every step."""
 
     name = "aging"
+    orders_decodes = False
 
     def __init__(
         self, alpha: float = DEFAULT_ALPHA, beta: float = DEFAULT_BETA, epoch: float = 0.0

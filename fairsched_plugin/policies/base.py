@@ -57,6 +57,11 @@ class OrderingPolicy(ABC):
     name: str
     tracks_service = False
     """True when the policy wants :meth:`observe_arrival` and :meth:`observe_service`."""
+    dynamic = False
+    """True when keys follow online state, so :meth:`refresh` must be called each step."""
+    orders_decodes = True
+    """Whether running decodes are sorted by key each step (they decide who gets the budget
+    first and who is preempted); False where vLLM's admission order already serves."""
 
     @abstractmethod
     def value(self, view: RequestView) -> float:

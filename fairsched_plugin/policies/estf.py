@@ -18,6 +18,7 @@ REFRESH_S = 0.25
 
 class EstimatedShortestTokensFirst(OrderingPolicy):
     name = "estf"
+    dynamic = True
 
     def __init__(self, estimator: OutputLengthEstimator) -> None:
         self.estimator = estimator

@@ -11,7 +11,12 @@ from .base import OrderingPolicy, RequestView
 
 
 class FCFSPolicy(OrderingPolicy):
-    """Arrival order across running and waiting requests."""
+    """Arrival order across running and waiting requests.
+
+    Decodes are left in vLLM's order: admissions follow arrival, so it already is the key
+    order, and sorting would cost a request view per decode every step."""
+
+    orders_decodes = False
 
     def __init__(self, name: str = "fcfs") -> None:
         self.name = name
