@@ -23,6 +23,7 @@ from fairsched_plugin.adapter.offline import (  # noqa: E402
 )
 from fairsched_plugin.predictor.runtime import PredictorError  # noqa: E402
 from linear_onnx import write_linear_model  # noqa: E402
+from scheduler_driver import run_workload  # noqa: E402
 
 BUDGET = 256
 
@@ -89,16 +90,8 @@ def test_the_budget_always_holds_and_everything_finishes(config_only_model, mode
         key=lambda item: item[0],
     )
     ids = {request.request_id for _, request in pending}
-    step, finished = 0, set()
-    while pending or engine.scheduler.has_unfinished_requests():
-        while pending and pending[0][0] <= step:
-            engine.add([pending.pop(0)[1]])
-        record = engine.step()
-        assert record.output.total_num_scheduled_tokens <= BUDGET
-        finished |= {rid for rid, tokens in record.sampled.items() if tokens}
-        step += 1
-        assert step < 20_000
-    engine.drain()
+    run_workload(engine, pending, budget=BUDGET)
+    finished = {rid for record in engine.steps for rid, tokens in record.sampled.items() if tokens}
     assert finished == ids
     assert not engine.scheduler._chunk_rule.apc.deferred  # no streak left behind
 

@@ -9,7 +9,6 @@ import pytest
 pytest.importorskip("vllm")
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
-from vllm.v1.request import RequestStatus  # noqa: E402
 
 from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
 from fairsched_plugin.adapter.offline import (  # noqa: E402
@@ -18,6 +17,7 @@ from fairsched_plugin.adapter.offline import (  # noqa: E402
     make_scheduler,
 )
 from fairsched_plugin.adapter.scheduler import has_prefill_work, request_view  # noqa: E402
+from scheduler_driver import run_workload  # noqa: E402
 
 BUDGET = 256
 # A fixed alpha: the default (automatic) alpha orders by arrival until it has measured
@@ -114,28 +114,12 @@ def _random_workload(seed: int, count: int) -> list[tuple[int, object]]:
 
 def _run_checked(engine: OfflineEngine, workload, *, max_num_seqs: int, abort_every: int = 0):
     """Step through ``workload``, checking vLLM's limits on every step."""
-    scheduler = engine.scheduler
-    pending = list(workload)
-    aborted: set[str] = set()
-    step = 0
-    while pending or scheduler.has_unfinished_requests():
-        while pending and pending[0][0] <= step:
-            engine.add([pending.pop(0)[1]])
-        record = engine.step()
-        scheduled = record.output.num_scheduled_tokens
-        assert sum(scheduled.values()) <= BUDGET
-        assert record.output.total_num_scheduled_tokens <= BUDGET
-        assert len(scheduler.running) <= max_num_seqs
-        for req_id, n in scheduled.items():
-            assert n >= 1
-        if abort_every and step % abort_every == abort_every - 1 and scheduler.requests:
-            victim = sorted(scheduler.requests)[step % len(scheduler.requests)]
-            scheduler.finish_requests(victim, RequestStatus.FINISHED_ABORTED)
-            aborted.add(victim)
-        step += 1
-        assert step < 20_000, "workload did not finish"
-    engine.drain()
-    return aborted
+
+    def check(record) -> None:
+        assert len(engine.scheduler.running) <= max_num_seqs
+        assert all(n >= 1 for n in record.output.num_scheduled_tokens.values())
+
+    return run_workload(engine, workload, budget=BUDGET, abort_every=abort_every, check=check)
 
 
 @pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])

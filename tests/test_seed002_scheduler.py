@@ -12,6 +12,7 @@ pytest.importorskip("vllm")
 from vllm.v1.request import RequestStatus  # noqa: E402
 
 from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
+from scheduler_driver import run_workload  # noqa: E402
 from fairsched_plugin.adapter.offline import (  # noqa: E402
     OfflineEngine,
     make_request,
@@ -43,26 +44,7 @@ def _workload(seed: int, count: int) -> list[tuple[int, object]]:
 
 
 def _run(engine: OfflineEngine, workload, *, abort_every: int = 0, check=None) -> set[str]:
-    """Step through the workload to the end; returns the aborted ids."""
-    scheduler = engine.scheduler
-    pending = list(workload)
-    aborted: set[str] = set()
-    step = 0
-    while pending or scheduler.has_unfinished_requests():
-        while pending and pending[0][0] <= step:
-            engine.add([pending.pop(0)[1]])
-        record = engine.step()
-        assert record.output.total_num_scheduled_tokens <= BUDGET
-        if check is not None:
-            check(record)
-        if abort_every and step % abort_every == abort_every - 1 and scheduler.requests:
-            victim = sorted(scheduler.requests)[step % len(scheduler.requests)]
-            scheduler.finish_requests(victim, RequestStatus.FINISHED_ABORTED)
-            aborted.add(victim)
-        step += 1
-        assert step < 20_000, "workload did not finish"
-    engine.drain()
-    return aborted
+    return run_workload(engine, workload, budget=BUDGET, abort_every=abort_every, check=check)
 
 
 def _finished(engine: OfflineEngine) -> set[str]:

@@ -19,9 +19,8 @@ from .workloads import (
     WorkloadRequest,
     add_pool_arguments,
     build_pool_from_args,
-    build_workload,
+    build_workload_from_args,
     case_summary,
-    parse_overrides,
     read_case,
     write_case,
 )
@@ -119,19 +118,7 @@ def load_cases(args: argparse.Namespace) -> dict[str, list[WorkloadRequest]]:
     if args.case:
         return {args.case.stem: read_case(args.case)}
     pool = load_pool(args)
-    return {
-        name: build_workload(
-            name,
-            pool,
-            seed=args.seed,
-            num_requests=args.num_requests,
-            rate_scale=args.rate_scale,
-            max_prompt_tokens=args.max_prompt_tokens,
-            max_output_tokens=args.max_output_tokens,
-            overrides=parse_overrides(args.param),
-        )
-        for name in args.workload
-    }
+    return {name: build_workload_from_args(name, pool, args) for name in args.workload}
 
 
 PATH_KEYS = ("predictor.path", "profile.path", "trace_path")
@@ -168,13 +155,7 @@ def main(args: argparse.Namespace) -> int:
     for name, case in cases.items():
         write_case(args.out / (f"case-{name}.jsonl" if len(cases) > 1 else "case.jsonl"), case)
         print(f"{name}: {case_summary(case)}", flush=True)
-    engine = EngineSettings(
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
-        max_model_len=args.max_model_len,
-        dtype=args.dtype,
-        extra=tuple(args.engine_arg),
-    )
+    engine = EngineSettings.from_args(args)
     if args.base_url:
         runs = run_external(
             args.base_url, args.served_model or str(args.model_dir), cases, args.out,

@@ -24,12 +24,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from fairsched_plugin.bench.sharegpt import SharegptReadStats, iter_conversations
-
-SHORT_BELOW = 128
-"""Prompts with fewer tokens are ``short`` (seed 002, section 5.1)."""
-LONG_ABOVE = 1024
-"""Prompts with more tokens are ``long``; the rest are ``medium``."""
-REQUEST_CLASSES = ("short", "medium", "long")
+from fairsched_plugin.policies.output_estimate import CLASSES as REQUEST_CLASSES
+from fairsched_plugin.policies.output_estimate import prompt_class as request_class
 
 MIN_TOKENS = 4
 DEFAULT_MAX_TOKENS = 4096
@@ -56,13 +52,6 @@ class RawPair(NamedTuple):
     response: str
 
 
-def request_class(prompt_tokens: int) -> str:
-    """``short`` (< 128 prompt tokens), ``medium`` (128..1024) or ``long`` (> 1024)."""
-    if prompt_tokens < SHORT_BELOW:
-        return "short"
-    if prompt_tokens > LONG_ABOVE:
-        return "long"
-    return "medium"
 
 
 @dataclass(frozen=True)

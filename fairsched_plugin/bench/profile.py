@@ -144,13 +144,7 @@ def main(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    engine = EngineSettings(
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
-        max_model_len=args.max_model_len,
-        dtype=args.dtype,
-        extra=tuple(args.engine_arg),
-    )
+    engine = EngineSettings.from_args(args)
     env = {
         "FAIRSCHED_POLICY": "fcfs",
         "FAIRSCHED_PROFILE_PATH": str(out),

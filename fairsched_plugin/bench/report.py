@@ -345,18 +345,23 @@ def _class_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
     return "## 4. Per request class\n\n" + _table(headers, rows)
 
 
-def _efficiency_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
+def _metric_table(analysis: Mapping[str, Mapping[str, Any]], spec: Sequence[tuple]) -> str:
+    """One row per ``(label, path, scale, is a count)`` of ``spec``, one column per arm."""
     aggregates = {arm: a["aggregate"] for arm, a in analysis.items()}
     rows = [
         [label] + [
             _count(_stat(agg, *path)) if is_count else _cell(_stat(agg, *path), scale)
             for agg in aggregates.values()
         ]
-        for label, path, scale, is_count in EFFICIENCY_ROWS
+        for label, path, scale, is_count in spec
     ]
+    return _table(["Metric", *aggregates], rows)
+
+
+def _efficiency_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
     text = (
         "## 5. Fairness and batch efficiency (seed 000 Table 10 layout)\n\n"
-        + _table(["Metric", *aggregates], rows)
+        + _metric_table(analysis, EFFICIENCY_ROWS)
         + "\n\nJain index over E2E / output tokens per completed request: 1 = every request "
         "waited the same per generated token. Batch rows come from the scheduler trace "
         f"({MISSING} where there was none)."
@@ -428,17 +433,9 @@ CONTROL_ROWS = (
 
 
 def _control_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
-    aggregates = {arm: a["aggregate"] for arm, a in analysis.items()}
-    rows = [
-        [label] + [
-            _count(_stat(agg, *path)) if is_count else _cell(_stat(agg, *path), scale)
-            for agg in aggregates.values()
-        ]
-        for label, path, scale, is_count in CONTROL_ROWS
-    ]
     return (
         "## 8. Latency control and active prefill control (seed 000 Tables 9 and 10)\n\n"
-        + _table(["Metric", *aggregates], rows)
+        + _metric_table(analysis, CONTROL_ROWS)
         + "\n\nStep time = the scheduler's measured batch time. A decode-only step cannot be "
         "shaped by chunk choice, so the share is also given over steps that scheduled prefill "
         f"work. APC counts are per run. {MISSING}: not applicable to the arm."

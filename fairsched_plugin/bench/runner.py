@@ -49,6 +49,18 @@ class EngineSettings:
     dtype: str = "float32"
     extra: tuple[str, ...] = ()
 
+    @classmethod
+    def from_args(cls, args: Any) -> EngineSettings:
+        """The settings of a command line with the ``--max-num-*``, ``--max-model-len``,
+        ``--dtype`` and ``--engine-arg`` options (``bench`` and ``profile``)."""
+        return cls(
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs,
+            max_model_len=args.max_model_len,
+            dtype=args.dtype,
+            extra=tuple(args.engine_arg),
+        )
+
     def args(self) -> list[str]:
         return [
             "--max-num-batched-tokens", str(self.max_num_batched_tokens),

@@ -909,21 +909,27 @@ def main_pool(args: argparse.Namespace) -> int:
     return 0
 
 
+def build_workload_from_args(
+    name: str, pool: PairPool, args: argparse.Namespace
+) -> list[WorkloadRequest]:
+    """:func:`build_workload` with the sizing options of a command line (``--seed``,
+    ``--num-requests``, ``--rate-scale``, the token caps and ``--param``)."""
+    return build_workload(
+        name,
+        pool,
+        seed=args.seed,
+        num_requests=args.num_requests,
+        rate_scale=args.rate_scale,
+        max_prompt_tokens=args.max_prompt_tokens,
+        max_output_tokens=args.max_output_tokens,
+        overrides=parse_overrides(args.param),
+    )
+
+
 def main_build(args: argparse.Namespace) -> int:
     """CLI entry: build (or read) the pool, generate the case, write it."""
     try:
-        overrides = parse_overrides(args.param)
-        pool = pool_from_args(args)
-        requests = build_workload(
-            args.name,
-            pool,
-            seed=args.seed,
-            num_requests=args.num_requests,
-            rate_scale=args.rate_scale,
-            max_prompt_tokens=args.max_prompt_tokens,
-            max_output_tokens=args.max_output_tokens,
-            overrides=overrides,
-        )
+        requests = build_workload_from_args(args.name, pool_from_args(args), args)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

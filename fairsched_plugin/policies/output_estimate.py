@@ -11,12 +11,15 @@ import math
 from dataclasses import dataclass
 
 SHORT_BELOW = 128
+"""Prompts with fewer tokens are ``short`` (seed 002, section 5.1)."""
 LONG_ABOVE = 1024
+"""Prompts with more tokens are ``long``; the rest are ``medium``."""
 CLASSES = ("short", "medium", "long")
 
 
 def prompt_class(prompt_tokens: int) -> str:
-    """The seed's request class from the visible prompt length."""
+    """The seed's request class from the visible prompt length: ``short`` (< 128 tokens),
+    ``medium`` (128..1024) or ``long`` (> 1024). The workload builder uses it too."""
     if prompt_tokens < SHORT_BELOW:
         return "short"
     if prompt_tokens > LONG_ABOVE:
