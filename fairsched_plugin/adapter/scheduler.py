@@ -292,13 +292,13 @@ class FairSchedulingMixin:
             decodes.sort(key=lambda request: key(views[request.request_id]))
         prefills.sort(key=lambda request: key(views[request.request_id]))
         self.running[:] = decodes + prefills
-        decode_tokens = [(r.num_computed_tokens, n) for r, n in self._decode_tokens(decodes)]
         rule = self._chunk_rule
+        if rule is None and not prefills:
+            return {}
+        decode_tokens = self._decode_tokens(decodes)
         if rule is not None:
             rule.begin_step(decode_tokens, self.max_num_active_reqs,
                             self.max_num_scheduled_tokens)
-        elif not prefills:
-            return {}
         # Closing the generator puts back what it took from the waiting heaps, also
         # when the plan raises.
         with closing(self._waiting_views()) as waiting:
@@ -322,10 +322,10 @@ class FairSchedulingMixin:
                     yield request_view(request)
 
     @staticmethod
-    def _decode_tokens(decodes: list[Request]) -> list[tuple[Request, int]]:
-        """Tokens vLLM's running loop will give each decode (1 plus speculative tokens),
-        leaving out, as vLLM does under async scheduling, a request whose in-flight step
-        already reaches ``max_tokens``."""
+    def _decode_tokens(decodes: list[Request]) -> list[tuple[int, int]]:
+        """``(context length, tokens)`` of each decode vLLM's running loop will serve (1
+        plus speculative tokens), leaving out, as vLLM does under async scheduling, a
+        request whose in-flight step already reaches ``max_tokens``."""
         out = []
         for r in decodes:
             placeholders = r.num_output_placeholders
@@ -334,7 +334,8 @@ class FairSchedulingMixin:
                 and r.num_computed_tokens + 2 - placeholders >= r.num_prompt_tokens + r.max_tokens
             ):
                 continue
-            out.append((r, max(r.num_tokens_with_spec + placeholders - r.num_computed_tokens, 0)))
+            tokens = max(r.num_tokens_with_spec + placeholders - r.num_computed_tokens, 0)
+            out.append((r.num_computed_tokens, tokens))
         return out
 
     def _make_chunk_rule(self, config: FairschedConfig) -> LatencyChunkRule | None:
