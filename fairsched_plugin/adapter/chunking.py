@@ -81,7 +81,7 @@ class LatencyChunkRule:
         if self.apc is not None:
             self.apc.begin_step(max_seqs, len(decodes), token_budget, self._committed)
 
-    def choose(self, view: RequestView, bound: int, waiting: bool) -> int:
+    def choose(self, view: RequestView, bound: int) -> int:
         if self.apc is not None and self.apc.holds_back(view.request_id):
             proposed = bound  # APC's cap is reached: no prediction can change the outcome
         else:

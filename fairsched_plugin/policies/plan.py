@@ -19,7 +19,7 @@ from .base import OrderingPolicy, RequestView
 class ChunkRule(Protocol):
     """Decides a prefill candidate's chunk inside the plan (LPRS, APC, alignment)."""
 
-    def choose(self, view: RequestView, bound: int, waiting: bool) -> int:
+    def choose(self, view: RequestView, bound: int) -> int:
         """The chunk for ``view``, at most ``bound`` (the feasible ``h``); 0 skips it."""
 
 
@@ -82,7 +82,7 @@ def plan_prefill_caps(
             if need > free_kv_tokens:
                 candidate = None  # vLLM stops admitting here; the rest goes to running
                 continue
-            chunk = bound if rule is None else rule.choose(candidate, bound, waiting=True)
+            chunk = bound if rule is None else rule.choose(candidate, bound)
             if chunk == 0:
                 candidate = None
                 continue
@@ -93,7 +93,7 @@ def plan_prefill_caps(
         else:
             view = running[index][1]
             bound = min(view.remaining_prefill, left)
-            chunk = bound if rule is None else rule.choose(view, bound, waiting=False)
+            chunk = bound if rule is None else rule.choose(view, bound)
             caps[view.request_id] = chunk
             index += 1
         left -= chunk
