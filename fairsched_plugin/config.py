@@ -29,6 +29,7 @@ CONFIG_ENV = "FAIRSCHED_CONFIG"
 ADDITIONAL_CONFIG_KEY = "fairsched"
 POLICY_NAMES = (
     "fcfs", "aging", "fifo", "tier", "spf", "lpf", "srtf", "aging-spf", "estf", "af-lcb",
+    "guarded-srpf",
 )
 SERVICE_MODES = ("budget", "ranked")
 MEMORY_PROVIDERS = ("auto", "torch", "nvml", "kv_cache")
@@ -51,6 +52,15 @@ class AgingConfig:
     alpha: float | str = AUTO
     beta: float = -1.0
     auto_factor: float = 0.25
+
+
+@dataclass(frozen=True)
+class GuardedSRPFConfig:
+    """Guarded shortest remaining prefill first: a request outranks every request not yet
+    overdue once waiting longer would take its first token past ``slack`` times the
+    estimated FCFS time to first token."""
+
+    slack: float = 1.5
 
 
 @dataclass(frozen=True)
@@ -127,9 +137,11 @@ class APCConfig:
 
 @dataclass(frozen=True)
 class FairschedConfig:
-    policy: str = "aging"
+    policy: str = "guarded-srpf"
     service: str = "budget"
     max_batch_size: int = 16
+    decodes_first: bool = False
+    guarded_srpf: GuardedSRPFConfig = field(default_factory=GuardedSRPFConfig)
     aging: AgingConfig = field(default_factory=AgingConfig)
     aging_spf: AgingSPFConfig = field(default_factory=AgingSPFConfig)
     estf: ESTFConfig = field(default_factory=ESTFConfig)
@@ -183,6 +195,14 @@ KEYS: tuple[_Key, ...] = (
     ),
     _Key("max_batch_size", int, "an integer >= 1 (requests served per step when ranked)",
          lambda v: v >= 1),
+    _Key("decodes_first", bool,
+         "true or false (seed 000's service: every step serves the running decodes before "
+         "any partial prefill, and orders partial prefills by the policy; false keeps "
+         "vLLM's running order and only caps prefills)"),
+    _Key("guarded_srpf.slack", float,
+         "a finite number >= 1 (a request overtakes all that are not overdue once waiting "
+         "longer would take its first token past slack times its estimated FCFS time to "
+         "first token)", lambda v: _finite(v) and v >= 1),
     _Key(
         "aging.alpha",
         float,

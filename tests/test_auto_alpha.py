@@ -51,7 +51,8 @@ def test_bad_factor_is_rejected():
 
 
 def test_config_accepts_auto_and_makes_an_uncalibrated_policy():
-    config = load_config({"fairsched": {"aging": {"alpha": "Auto", "auto_factor": 0.25}}}, {})
+    config = load_config(
+        {"fairsched": {"policy": "aging", "aging": {"alpha": "Auto", "auto_factor": 0.25}}}, {})
     assert config.aging.alpha == AUTO and config.aging.auto_factor == 0.25
     policy = make_policy(config, epoch=1000.0)
     assert isinstance(policy, AgingPolicy) and policy.alpha == UNCALIBRATED_ALPHA

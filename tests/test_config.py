@@ -17,7 +17,7 @@ from fairsched_plugin.config import (
     accepted_keys,
     load_config,
 )
-from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, make_policy
+from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, GuardedSRPF, make_policy
 from fairsched_plugin.policies.auto_alpha import UNCALIBRATED_ALPHA
 
 
@@ -35,8 +35,11 @@ def fs(section):
 
 def test_defaults():
     config = load()
-    assert config == FairschedConfig(policy="aging", aging=AgingConfig(alpha="auto", beta=-1.0))
-    assert config.policy == "aging"
+    assert config == FairschedConfig(policy="guarded-srpf",
+                                     aging=AgingConfig(alpha="auto", beta=-1.0))
+    assert config.policy == "guarded-srpf"
+    assert config.guarded_srpf.slack == 1.5
+    assert config.decodes_first is False
     assert config.aging.alpha == "auto"
     assert config.aging.beta == -1.0
 
@@ -58,18 +61,21 @@ def test_explicit_environ_ignores_process_environment(monkeypatch):
     for name in [n for n in os.environ if n.startswith("FAIRSCHED_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("FAIRSCHED_POLICY", "fcfs")
-    assert load_config(environ={}).policy == "aging"
+    assert load_config(environ={}).policy == "guarded-srpf"
     # And without environ= it reads os.environ.
     assert load_config().policy == "fcfs"
 
 
 def test_make_policy_from_config():
-    policy = make_policy(load())
+    assert isinstance(make_policy(load()), GuardedSRPF)
+    policy = make_policy(load(fs({"policy": "aging"})))
     assert isinstance(policy, AgingPolicy)
-    # The default alpha is automatic: uncalibrated (arrival order) until measured.
+    # Aging's default alpha is automatic: uncalibrated (arrival order) until measured.
     assert (policy.alpha, policy.beta) == (UNCALIBRATED_ALPHA, -1.0)
     assert isinstance(make_policy(load(fs({"policy": "fcfs"}))), FCFSPolicy)
-    aging = make_policy(load(fs({"aging": {"alpha": 2, "beta": -0.5}})))
+    guarded = make_policy(load(FAIRSCHED_GUARDED_SRPF_SLACK="2.5"))
+    assert isinstance(guarded, GuardedSRPF) and guarded.slack == 2.5
+    aging = make_policy(load(fs({"policy": "aging", "aging": {"alpha": 2, "beta": -0.5}})))
     assert (aging.alpha, aging.beta) == (2.0, -0.5)
 
 
@@ -85,7 +91,7 @@ def test_additional_config_nested():
 def test_additional_config_partial_section_keeps_other_defaults():
     config = load(fs({"aging": {"beta": -3}}))
     assert config.aging == AgingConfig(alpha="auto", beta=-3.0)
-    assert config.policy == "aging"
+    assert config.policy == "guarded-srpf"
 
 
 def test_policy_name_is_normalised():
@@ -176,7 +182,7 @@ def _names_all_keys(message: str) -> None:
 def test_accepted_keys_lists_every_key():
     text = accepted_keys()
     _names_all_keys(text)
-    assert "one of fcfs, aging, fifo, tier, spf, lpf, srtf, aging-spf, estf, af-lcb" in text
+    assert "one of fcfs, aging, fifo, tier, spf, lpf, srtf, aging-spf, estf, af-lcb, guarded-srpf" in text
     assert len(text.splitlines()) == len(KEYS)
 
 

@@ -24,6 +24,7 @@ BUDGET = 256
 # the engine, which these scenarios are too short for.
 AGING = {"fairsched": {"policy": "aging", "aging": {"alpha": 37.5}}}
 FCFS = {"fairsched": {"policy": "fcfs"}}
+AGING_DECODES_FIRST = {"fairsched": {**AGING["fairsched"], "decodes_first": True}}
 
 
 def _engine(model_dir, cls=FairScheduler, config=AGING, **kwargs) -> OfflineEngine:
@@ -38,7 +39,7 @@ def _assert_nothing_left(engine: OfflineEngine, num_blocks: int) -> None:
     assert not scheduler.running
     for queue in (scheduler.waiting, scheduler.kv_holding_waiting):
         assert len(queue) == 0
-        assert all(entry[2] is None for entry in queue._heap)
+        assert all(entry[2] is None for entry in getattr(queue, "_heap", ()))
     # Block 0 is vLLM's null block; everything else must be free again.
     assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == num_blocks - 1
 
@@ -75,11 +76,8 @@ def test_decodes_are_served_before_any_prefill(config_only_model):
         assert scheduled["long"] == BUDGET - 3
 
 
-def test_running_list_is_decodes_then_prefills_by_key(config_only_model):
-    """vLLM appends admitted requests, so a decode admitted after a long partial prefill
-    would sit behind it; the adapter moves decodes to the front and sorts prefills."""
-    engine = _engine(config_only_model, max_num_batched_tokens=64)
-    scheduler = engine.scheduler
+def _two_long_prefills_and_a_decode(engine: OfflineEngine) -> None:
+    """long-a (partial), then dec (admitted behind it), then long-b."""
     engine.add([make_request("long-a", 3000, 4, arrival_time=1.0)])
     engine.step()
     engine.add([make_request("dec", 10, 100, arrival_time=2.0)])
@@ -87,6 +85,15 @@ def test_running_list_is_decodes_then_prefills_by_key(config_only_model):
     engine.add([make_request("long-b", 2000, 4, arrival_time=3.0)])
     for _ in range(3):
         engine.step()
+
+
+def test_decodes_first_switch_puts_decodes_then_prefills_by_key(config_only_model):
+    """Seed 000's service (``decodes_first``): vLLM appends admitted requests, so a decode
+    admitted after a long partial prefill would sit behind it; the switch moves decodes to
+    the front and sorts prefills."""
+    engine = _engine(config_only_model, config=AGING_DECODES_FIRST, max_num_batched_tokens=64)
+    scheduler = engine.scheduler
+    _two_long_prefills_and_a_decode(engine)
     order = [r.request_id for r in scheduler.running]
     assert order[0] == "dec"
     kinds = [has_prefill_work(r, r.num_computed_tokens) for r in scheduler.running]
@@ -97,6 +104,19 @@ def test_running_list_is_decodes_then_prefills_by_key(config_only_model):
         if has_prefill_work(r, r.num_computed_tokens)
     ]
     assert len(prefill_keys) == 2 and prefill_keys == sorted(prefill_keys)
+
+
+def test_without_decodes_first_vllm_running_order_stays_and_budget_follows_the_key(
+    config_only_model,
+):
+    """By default the running list keeps vLLM's admission order; the caps alone make the
+    budget flow in key order (decodes, then the shorter long-b before long-a)."""
+    engine = _engine(config_only_model, max_num_batched_tokens=64)
+    scheduler = engine.scheduler
+    _two_long_prefills_and_a_decode(engine)
+    assert [r.request_id for r in scheduler.running] == ["long-a", "dec", "long-b"]
+    scheduled = engine.step().output.num_scheduled_tokens
+    assert scheduled == {"dec": 1, "long-b": 63}
 
 
 def _random_workload(seed: int, count: int) -> list[tuple[int, object]]:
@@ -170,6 +190,8 @@ class _VictimRecordingScheduler(FairScheduler):
 
 
 def test_preemption_takes_lowest_priority_and_leaks_nothing(config_only_model):
+    """With ``decodes_first`` the running list ends in the lowest-ranked partial prefill,
+    which vLLM's FCFS preemption then takes."""
     num_blocks = 120  # 1,920 tokens of KV for prompts up to 3,000: preemption is certain
     scheduler = make_scheduler(
         _VictimRecordingScheduler,
@@ -177,7 +199,7 @@ def test_preemption_takes_lowest_priority_and_leaks_nothing(config_only_model):
         max_num_batched_tokens=BUDGET,
         max_num_seqs=8,
         num_blocks=num_blocks,
-        additional_config=AGING,
+        additional_config=AGING_DECODES_FIRST,
     )
     scheduler.victims = []
     engine = OfflineEngine(scheduler)
@@ -196,8 +218,9 @@ def test_preemption_takes_lowest_priority_and_leaks_nothing(config_only_model):
 
 
 def test_preemption_victim_is_the_partial_prefill_not_a_later_decode(config_only_model):
-    """A long prefill admitted first sits before later decodes in vLLM's list; the victim
-    must still be that prefill (the lowest-ranked running request), not the newest decode."""
+    """A long prefill admitted first sits before later decodes in vLLM's list; with
+    ``decodes_first`` the victim is that prefill (the lowest-ranked running request), not
+    the newest decode."""
     num_blocks = 40  # 624 tokens of KV: the long prompt plus two growing decodes overflow
     scheduler = make_scheduler(
         _VictimRecordingScheduler,
@@ -205,7 +228,7 @@ def test_preemption_victim_is_the_partial_prefill_not_a_later_decode(config_only
         max_num_batched_tokens=64,
         max_num_seqs=8,
         num_blocks=num_blocks,
-        additional_config=AGING,
+        additional_config=AGING_DECODES_FIRST,
     )
     scheduler.victims = []
     engine = OfflineEngine(scheduler)
@@ -220,6 +243,24 @@ def test_preemption_victim_is_the_partial_prefill_not_a_later_decode(config_only
     assert scheduler.victims[0] == ("long", True)
     engine.run_until_idle()
     _assert_nothing_left(engine, num_blocks)
+
+
+def test_without_decodes_first_the_victim_is_vllms_newest_request(config_only_model):
+    """vLLM's running order is kept, so its FCFS preemption takes the newest request."""
+    scheduler = make_scheduler(
+        _VictimRecordingScheduler, config_only_model, max_num_batched_tokens=64,
+        max_num_seqs=8, num_blocks=40, additional_config=AGING,
+    )
+    scheduler.victims = []
+    engine = OfflineEngine(scheduler)
+    engine.add([make_request("long", 560, 4, arrival_time=1.0)])
+    engine.step()
+    engine.add([make_request(f"s{i}", 60, 200, arrival_time=2.0 + i) for i in range(2)])
+    while scheduler.has_unfinished_requests() and not scheduler.victims:
+        engine.step()
+    assert scheduler.victims[0][0] == "s1"
+    engine.run_until_idle()
+    _assert_nothing_left(engine, 40)
 
 
 def test_bad_config_stops_scheduler_construction(config_only_model):
@@ -289,8 +330,125 @@ def test_automatic_alpha_calibrates_and_rekeys_the_waiting_heap(config_only_mode
     assert policy.alpha < UNCALIBRATED_ALPHA / 4
     assert policy.alpha == pytest.approx(0.5 * scheduler._auto_alpha.estimator.rate, rel=0.2)
     # Every waiting request sits under the key the current alpha gives it.
-    for entry in scheduler.waiting._entries.values():
+    for entry, _timed, _work in scheduler.waiting._entries.values():
         assert entry[0] == policy.key(request_view(entry[2]))
     popped = [scheduler.waiting.pop_request() for _ in range(len(scheduler.waiting))]
     keys = [policy.key(request_view(r)) for r in popped]
     assert keys == sorted(keys)
+
+
+# --------------------------------------------------------------------------- fcfs control
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_fcfs_schedules_exactly_as_stock_vllm(config_only_model, async_scheduling):
+    """The control arm: the same workload gives stock vLLM's schedule, step for step, with
+    aborts and preemption (a small KV cache), because fcfs neither reorders nor plans."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    stock_cls = AsyncScheduler if async_scheduling else Scheduler
+    schedules = []
+    for cls, config in ((stock_cls, None), (FairScheduler, FCFS)):
+        scheduler = make_scheduler(
+            cls, config_only_model, max_num_batched_tokens=BUDGET, max_num_seqs=8,
+            num_blocks=300, async_scheduling=async_scheduling, additional_config=config,
+        )
+        engine = OfflineEngine(scheduler)
+        run_workload(engine, _random_workload(seed=13, count=60), budget=BUDGET, abort_every=7)
+        schedules.append([dict(r.output.num_scheduled_tokens) for r in engine.steps])
+        if cls is FairScheduler:
+            assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == 299
+    stock, fcfs = schedules
+    assert len(stock) == len(fcfs) and stock == fcfs
+
+
+def test_fcfs_with_decodes_first_serves_decodes_before_a_running_prefill(config_only_model):
+    """Seed 000's service as a switch on the control: a decode admitted behind a partial
+    prefill still gets its token before the prefill takes the rest of the budget."""
+    results = {}
+    for decodes_first in (False, True):
+        config = {"fairsched": {"policy": "fcfs", "decodes_first": decodes_first}}
+        engine = _engine(config_only_model, config=config, max_num_batched_tokens=64)
+        # vLLM's per-request cap lets a request be admitted behind a running prefill.
+        engine.scheduler.scheduler_config.long_prefill_token_threshold = 32
+        engine.add([make_request("long-a", 3000, 4, arrival_time=1.0)])
+        engine.step()
+        engine.add([make_request("dec", 10, 100, arrival_time=2.0)])
+        engine.step()
+        scheduled = engine.step().output.num_scheduled_tokens
+        results[decodes_first] = ([r.request_id for r in engine.scheduler.running], scheduled)
+    assert results[False] == (["long-a", "dec"], {"long-a": 32, "dec": 1})
+    assert results[True] == (["dec", "long-a"], {"dec": 1, "long-a": 32})
+
+
+# --------------------------------------------------------------------------- guarded-srpf
+
+
+def _guarded_engine(model_dir, slack: float, tokens_per_s: float) -> OfflineEngine:
+    """A guarded-srpf scheduler whose prefill rate is already measured."""
+    from fairsched_plugin.policies.guarded_srpf import MIN_RATE_STEPS
+
+    config = {"fairsched": {"policy": "guarded-srpf", "guarded_srpf": {"slack": slack}}}
+    engine = _engine(model_dir, config=config, max_num_batched_tokens=64)
+    for _ in range(MIN_RATE_STEPS):
+        engine.scheduler.fairsched_policy.observe_step(
+            int(tokens_per_s * 0.01), 0.01, saturated=True)
+    return engine
+
+
+def test_guarded_srpf_lets_short_requests_overtake_within_the_slack(config_only_model):
+    import time
+
+    # 100 tokens/s: a 2,000-token prompt alone would take 20 s, so at slack 1.5 it can be
+    # overtaken for 10 s; a short request behind it is served first.
+    engine = _guarded_engine(config_only_model, slack=1.5, tokens_per_s=100.0)
+    now = time.time()
+    engine.add([make_request("long", 2000, 4, arrival_time=now)])
+    engine.step()
+    engine.add([make_request("short", 40, 4, arrival_time=now + 0.01)])
+    assert engine.step().output.num_scheduled_tokens == {"short": 40, "long": 24}
+    deadlines = engine.scheduler._deadlines
+    assert deadlines["long"] == pytest.approx(now + 10.0)
+    # Behind it: 1,936 tokens of long's; FCFS would start it after 19.36 s.
+    assert deadlines["short"] == pytest.approx(now + 0.01 + (1.5 * 1976 - 40) / 100.0)
+
+
+def test_guarded_srpf_serves_an_overdue_request_before_shorter_ones(config_only_model):
+    # At 1e6 tokens/s every deadline is within microseconds: the order is arrival order.
+    engine = _guarded_engine(config_only_model, slack=1.5, tokens_per_s=1e6)
+    engine.add([make_request("long", 2000, 4, arrival_time=100.0)])
+    engine.step()
+    engine.add([make_request("short", 40, 4, arrival_time=100.5)])
+    assert engine.step().output.num_scheduled_tokens == {"long": 64}
+    assert engine.scheduler.waiting.peek_request().request_id == "short"
+
+
+def test_guarded_srpf_measures_the_prefill_rate_on_saturated_steps(config_only_model):
+    config = {"fairsched": {"policy": "guarded-srpf"}}
+    scheduler = make_scheduler(FairScheduler, config_only_model, max_num_seqs=4,
+                               max_num_batched_tokens=BUDGET, num_blocks=4000,
+                               additional_config=config)
+    engine = OfflineEngine(scheduler, model_time_s=0.002)
+    engine.add(make_request(f"r{i}", 100 + 37 * (i % 9), 8, arrival_time=1000.0 + i * 1e-3)
+               for i in range(60))
+    for _ in range(40):
+        engine.step()
+    rate = scheduler.fairsched_policy.rate
+    assert rate.steps >= 16 and rate.rate is not None
+    # At most a full budget per 2 ms step.
+    assert 0 < rate.rate <= BUDGET / 0.002
+    engine.run_until_idle()
+    assert not scheduler._deadlines
+    _assert_nothing_left(engine, 4000)
+
+
+@pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
+def test_guarded_srpf_random_workload_with_aborts_leaks_nothing(config_only_model, cls):
+    config = {"fairsched": {"policy": "guarded-srpf"}}
+    engine = _engine(config_only_model, cls, config, max_num_seqs=8, num_blocks=300)
+    aborted = _run_checked(engine, _random_workload(seed=21, count=60), max_num_seqs=8,
+                           abort_every=6)
+    assert aborted
+    assert not engine.scheduler._deadlines
+    assert engine.scheduler.waiting.work == 0
+    _assert_nothing_left(engine, 300)

@@ -1,8 +1,13 @@
 """A vLLM waiting queue ordered by a policy key: a heap with lazy deletion.
 
 Insert, pop and remove cost O(log n); nothing is re-sorted per step. Aborted requests are
-only marked dead (O(1)) and the heap is compacted once dead entries outnumber live ones,
-so a storm of aborts cannot leave the heap growing.
+only marked dead (O(1)) and the heaps are compacted once dead entries outnumber live ones,
+so a storm of aborts cannot leave a heap growing.
+
+For a policy with deadlines (``OrderingPolicy.uses_deadlines``) the order changes with
+time, but only in one way: a request moves to the overdue lane once, when its deadline
+passes. So the queue keeps a second heap on deadlines and, at each look, serves its head
+first while that deadline has passed; no request is ever re-keyed for the time.
 """
 
 from __future__ import annotations
@@ -20,39 +25,69 @@ _DEAD = None
 
 
 class PolicyRequestQueue(RequestQueue):
-    """Waiting requests, smallest policy key first.
+    """Waiting requests, smallest policy key first (overdue ones first, with deadlines).
 
     The key is taken once, when a request enters the queue: waiting requests make no
     progress, so a time-invariant policy key (see ``OrderingPolicy``) stays correct until
     the request leaves. A preempted request re-enters with a fresh key.
+
+    Args:
+        key: the policy key of a request.
+        deadline: with a deadline policy, the request's deadline; ``clock`` then gives
+            the instant the order is taken at (the scheduler's step time).
+        work: the prefill tokens a waiting request still needs; the queue keeps their
+            sum (:attr:`work`) for deadline estimates.
     """
 
-    def __init__(self, key: Callable[[Request], SortKey]) -> None:
+    def __init__(
+        self,
+        key: Callable[[Request], SortKey],
+        deadline: Callable[[Request], float] | None = None,
+        clock: Callable[[], float] | None = None,
+        work: Callable[[Request], int] | None = None,
+    ) -> None:
+        if (deadline is None) != (clock is None):
+            raise ValueError("a deadline queue needs both deadline and clock")
         self._key = key
+        self._deadline = deadline
+        self._clock = clock
+        self._work = work
         self._heap: list[list] = []
-        self._entries: dict[Request, list] = {}
+        self._overdue_heap: list[list] | None = [] if deadline is not None else None
+        # request -> (key entry, deadline entry or None, work)
+        self._entries: dict[Request, tuple[list, list | None, int]] = {}
         self._seq = itertools.count()
+        self.work = 0
 
     def add_request(self, request: Request) -> None:
         if request in self._entries:
             raise ValueError(f"request {request.request_id} is already waiting")
-        entry = [self._key(request), next(self._seq), request]
-        self._entries[request] = entry
+        seq = next(self._seq)
+        entry = [self._key(request), seq, request]
         heapq.heappush(self._heap, entry)
+        timed = None
+        if self._overdue_heap is not None:
+            assert self._deadline is not None
+            timed = [self._deadline(request), seq, request]
+            heapq.heappush(self._overdue_heap, timed)
+        work = self._work(request) if self._work is not None else 0
+        self.work += work
+        self._entries[request] = (entry, timed, work)
 
     def pop_request(self) -> Request:
-        self._drop_dead_head()
-        if not self._heap:
+        heap = self._head_heap()
+        if not heap:
             raise IndexError("pop from an empty queue")
-        request = heapq.heappop(self._heap)[2]
-        del self._entries[request]
+        request = heapq.heappop(heap)[2]
+        self._forget(request)
+        self._compact_if_sparse()
         return request
 
     def peek_request(self) -> Request:
-        self._drop_dead_head()
-        if not self._heap:
+        heap = self._head_heap()
+        if not heap:
             raise IndexError("peek from an empty queue")
-        return self._heap[0][2]
+        return heap[0][2]
 
     def prepend_request(self, request: Request) -> None:
         """Order is the key's, so a preempted or skipped request simply re-enters."""
@@ -63,17 +98,15 @@ class PolicyRequestQueue(RequestQueue):
             self.add_request(request)
 
     def remove_request(self, request: Request) -> None:
-        entry = self._entries.pop(request, None)
-        if entry is None:
+        if request not in self._entries:
             raise ValueError(f"request {request.request_id} is not waiting")
-        entry[2] = _DEAD
+        self._forget(request)
         self._compact_if_sparse()
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         for request in requests:
-            entry = self._entries.pop(request, None)
-            if entry is not None:
-                entry[2] = _DEAD
+            if request in self._entries:
+                self._forget(request)
         self._compact_if_sparse()
 
     def __bool__(self) -> bool:
@@ -83,8 +116,8 @@ class PolicyRequestQueue(RequestQueue):
         return len(self._entries)
 
     def __iter__(self) -> Iterator[Request]:
-        """A snapshot in key order (vLLM iterates for stats and connector bookkeeping)."""
-        return iter([entry[2] for entry in sorted(self._entries.values())])
+        """A snapshot in order (vLLM iterates for stats and connector bookkeeping)."""
+        return iter(list(self.iter_in_order()))
 
     def iter_in_order(self) -> Generator[Request, None, None]:
         """Live requests best first, taken lazily: k requests cost O(k log n).
@@ -93,31 +126,72 @@ class PolicyRequestQueue(RequestQueue):
         costs nothing; going further pops, and everything popped is put back when the
         iteration is closed or exhausted. The queue must not change while one is open.
         """
-        taken: list[list] = []
+        taken: list[tuple[list, list]] = []
         try:
+            now = self._clock() if self._clock is not None else None
+            overdue: set[int] = set()
+            if self._overdue_heap is not None:
+                heap = self._overdue_heap
+                while True:
+                    self._drop_dead_head(heap)
+                    if not heap or heap[0][0] > now:
+                        break
+                    overdue.add(heap[0][1])
+                    yield heap[0][2]
+                    taken.append((heap, heapq.heappop(heap)))
+            heap = self._heap
             while True:
-                self._drop_dead_head()
-                if not self._heap:
+                self._drop_dead_head(heap)
+                if not heap:
                     return
-                yield self._heap[0][2]
-                taken.append(heapq.heappop(self._heap))
+                if heap[0][1] not in overdue:
+                    yield heap[0][2]
+                taken.append((heap, heapq.heappop(heap)))
         finally:
-            for entry in taken:
-                heapq.heappush(self._heap, entry)
+            for heap, entry in taken:
+                heapq.heappush(heap, entry)
 
     def rekey(self) -> None:
-        """Take every waiting request's key again (the policy's parameters changed): O(n)."""
+        """Take every waiting request's key again (the policy's parameters changed): O(n).
+        Deadlines are fixed at arrival and stay."""
         self._heap = []
-        for request, entry in self._entries.items():
+        for request, (entry, _timed, _work) in self._entries.items():
             entry[0] = self._key(request)
             self._heap.append(entry)
         heapq.heapify(self._heap)
 
-    def _drop_dead_head(self) -> None:
-        while self._heap and self._heap[0][2] is _DEAD:
-            heapq.heappop(self._heap)
+    def _head_heap(self) -> list[list]:
+        """The heap whose head is served next: the overdue lane's while its head's
+        deadline has passed, else the key heap (possibly empty)."""
+        self._drop_dead_head(self._heap)
+        overdue = self._overdue_heap
+        if overdue is not None:
+            self._drop_dead_head(overdue)
+            if overdue and overdue[0][0] <= self._clock():
+                return overdue
+        return self._heap
+
+    def _forget(self, request: Request) -> None:
+        entry, timed, work = self._entries.pop(request)
+        entry[2] = _DEAD
+        if timed is not None:
+            timed[2] = _DEAD
+        self.work -= work
+
+    @staticmethod
+    def _drop_dead_head(heap: list[list]) -> None:
+        while heap and heap[0][2] is _DEAD:
+            heapq.heappop(heap)
 
     def _compact_if_sparse(self) -> None:
-        if len(self._heap) > 2 * len(self._entries) + 64:
-            self._heap = [entry for entry in self._heap if entry[2] is not _DEAD]
-            heapq.heapify(self._heap)
+        limit = 2 * len(self._entries) + 64
+        if len(self._heap) > limit:
+            self._heap = self._live(self._heap)
+        if self._overdue_heap is not None and len(self._overdue_heap) > limit:
+            self._overdue_heap = self._live(self._overdue_heap)
+
+    @staticmethod
+    def _live(heap: list[list]) -> list[list]:
+        live = [entry for entry in heap if entry[2] is not _DEAD]
+        heapq.heapify(live)
+        return live

@@ -8,18 +8,26 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
    requests by key, running and waiting together, are served: running requests outside the
    top are hidden from vLLM's loop for the step (keeping their KV cache) and admissions
    are capped at the waiting requests inside it;
-3. the running list is reordered in place: decodes first (by key, except under fcfs and
-   aging, where vLLM's admission order is kept), then partial prefills by key, best first;
+3. with ``decodes_first`` (seed 000's service), or a policy that orders decodes, the
+   running list is reordered in place: decodes first (by key, except under policies that
+   keep vLLM's admission order), then partial prefills by rank, best first; otherwise
+   vLLM's running order stays as it is;
 4. the plan (``policies.plan_prefill_caps``) gives each running partial prefill the tokens
-   the residual budget leaves it once every better-ranked candidate, waiting requests
-   included, has taken its share;
+   the residual budget leaves it once the decodes and every better-ranked candidate,
+   waiting requests included, have taken their share (the caps add up to the budget, so
+   the running order does not change who gets what);
 5. vLLM's own ``schedule()`` runs; its per-request hook ``_reserve_prefill_lookahead``
    returns ``min(n, cap)`` for running partial prefills (0 skips one for this step), and
    the waiting queue, a heap on the same key, admits in policy order.
 
-Because vLLM's FCFS preemption takes ``running[-1]``, the victim under KV pressure is the
-lowest-ranked partial prefill or, when none is running, the lowest-ranked decode (under fcfs
-and aging: the most recently admitted one).
+``fcfs`` is vLLM's own order, so steps 3 and 4 are skipped for it: it is an exact
+control arm against stock vLLM. A policy with deadlines (``guarded-srpf``) gets each
+request's deadline when it arrives, from the prefill work queued ahead of it and the
+measured prefill rate; its queues keep the overdue lane in a second heap.
+
+vLLM's FCFS preemption takes ``running[-1]``: in vLLM's running order the most recently
+admitted request; with the reorder, the lowest-ranked partial prefill or, when none is
+running, the last decode.
 
 With a ``trace_path``, the automatic Aging alpha or ``profile.path``, a
 :class:`StepMonitor` also measures every step, from ``_update_after_schedule`` (dispatch)
@@ -30,6 +38,7 @@ and the predictor profile (the batch's 11 raw features and its measured time per
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Generator
 from contextlib import closing
@@ -67,7 +76,7 @@ COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPE
 request's is not)."""
 
 
-def request_view(request: Request) -> RequestView:
+def request_view(request: Request, deadline: float = math.inf) -> RequestView:
     """The policy layer's copy of a vLLM request."""
     return RequestView(
         request_id=request.request_id,
@@ -77,7 +86,13 @@ def request_view(request: Request) -> RequestView:
         output_tokens=request.num_output_tokens,
         max_tokens=request.max_tokens,
         priority=request.priority,
+        deadline=deadline,
     )
+
+
+def prefill_work(request: Request) -> int:
+    """Tokens a waiting or running request still has to prefill."""
+    return max(request.num_tokens - request.num_computed_tokens, 0)
 
 
 def has_prefill_work(request: Request, num_computed_tokens: int) -> bool:
@@ -105,12 +120,20 @@ class FairSchedulingMixin:
         self.fairsched_policy = make_policy(config, epoch=time.time())
         super().__init__(*args, **kwargs)
         check_scheduler_state(self)
-        self.waiting = PolicyRequestQueue(self._waiting_key)
-        self.kv_holding_waiting = PolicyRequestQueue(self._waiting_key)
+        policy = self.fairsched_policy
+        self._now = time.time()
+        self._deadlines: dict[str, float] = {}
+        self._running_prefill_work = 0
+        if not policy.follows_vllm_order:
+            self.waiting = self._make_queue()
+            self.kv_holding_waiting = self._make_queue()
         self._prefill_caps: dict[str, int] | None = None
         self._ranked = config.service == "ranked"
+        self._decodes_first = config.decodes_first
         self._hidden: list[Request] = []
         listeners = []
+        if policy.uses_deadlines:
+            listeners.append(self._observe_prefill_rate)
         self._auto_alpha: AutoAlpha | None = None
         if config.policy == "aging" and config.aging.alpha == AUTO:
             self._auto_alpha = AutoAlpha(config.aging.auto_factor, PrefillRateEstimator())
@@ -131,11 +154,12 @@ class FairSchedulingMixin:
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         policy = self.fairsched_policy
-        if policy.dynamic and policy.refresh(time.time(), self.get_kv_cache_usage()):
+        self._now = time.time()
+        if policy.dynamic and policy.refresh(self._now, self.get_kv_cache_usage()):
             self.waiting.rekey()
             self.kv_holding_waiting.rekey()
         views = (
-            {request.request_id: request_view(request) for request in self.running}
+            {request.request_id: self._view(request) for request in self.running}
             if self._ranked or policy.orders_decodes
             else {}
         )
@@ -152,15 +176,22 @@ class FairSchedulingMixin:
             self._hidden = []
 
     def add_request(self, request: Request) -> None:
+        policy = self.fairsched_policy
+        if policy.uses_deadlines:
+            backlog = (self.waiting.work + self.kv_holding_waiting.work
+                       + self._running_prefill_work)
+            self._deadlines[request.request_id] = policy.deadline(
+                request.arrival_time, backlog, prefill_work(request))
         super().add_request(request)
-        if self.fairsched_policy.tracks_service:
-            self.fairsched_policy.observe_arrival(request_view(request))
+        if policy.tracks_service:
+            policy.observe_arrival(request_view(request))
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         if request.status in COMPLETED:
             self.fairsched_policy.observe_finished(request_view(request))
         if self._chunk_rule is not None:
             self._chunk_rule.forget(request.request_id)
+        self._deadlines.pop(request.request_id, None)
         return super()._free_request(request, *args, **kwargs)
 
     def _reserve_prefill_lookahead(
@@ -245,8 +276,29 @@ class FairSchedulingMixin:
             alpha, self._auto_alpha.factor, self._auto_alpha.estimator.rate,
         )
 
+    def _observe_prefill_rate(self, step: dict[str, Any]) -> None:
+        """Step listener for deadline policies: the prefill rate of saturated steps, those
+        that used the whole budget or left requests waiting."""
+        saturated = (step["num_waiting"] > 0 or step["prefill_tokens"] + step["decode_tokens"]
+                     >= self.max_num_scheduled_tokens)
+        self.fairsched_policy.observe_step(step["prefill_tokens"], step["step_time_s"],
+                                           saturated)
+
+    def _view(self, request: Request) -> RequestView:
+        return request_view(request, self._deadlines.get(request.request_id, math.inf))
+
+    def _make_queue(self) -> PolicyRequestQueue:
+        if not self.fairsched_policy.uses_deadlines:
+            return PolicyRequestQueue(self._waiting_key)
+        return PolicyRequestQueue(
+            self._waiting_key,
+            deadline=lambda request: self._deadlines.get(request.request_id, math.inf),
+            clock=lambda: self._now,
+            work=prefill_work,
+        )
+
     def _waiting_key(self, request: Request):
-        return self.fairsched_policy.key(request_view(request))
+        return self.fairsched_policy.key(self._view(request))
 
     def _hide_unranked(self, views: dict[str, RequestView]) -> list[Request]:
         """Ranked service: keep in ``self.running`` only the running requests in the top
@@ -273,53 +325,72 @@ class FairSchedulingMixin:
             )
         return hidden
 
-    def _plan_step(self, views: dict[str, RequestView]) -> dict[str, int]:
-        """Reorder ``self.running`` and return the token caps of its partial prefills.
+    def _plan_step(self, views: dict[str, RequestView]) -> dict[str, int] | None:
+        """Reorder ``self.running`` where asked and return the token caps of its partial
+        prefills; None when vLLM's own loop already serves the policy's order.
 
         ``views`` holds the running requests' views when they were needed already; those
-        of partial prefills are added here."""
-        decodes: list[Request] = []
-        prefills: list[Request] = []
-        for request in self.running:
-            if has_prefill_work(request, request.num_computed_tokens):
-                prefills.append(request)
-                if request.request_id not in views:
-                    views[request.request_id] = request_view(request)
-            else:
-                decodes.append(request)
-        key = self.fairsched_policy.key
-        if self.fairsched_policy.orders_decodes:
-            decodes.sort(key=lambda request: key(views[request.request_id]))
-        prefills.sort(key=lambda request: key(views[request.request_id]))
-        self.running[:] = decodes + prefills
+        of partial prefills are added here. Decodes are only counted, not viewed, unless
+        the order or the chunk rule needs them: a step can carry hundreds."""
+        policy = self.fairsched_policy
         rule = self._chunk_rule
+        reorder = self._decodes_first or policy.orders_decodes
+        if policy.follows_vllm_order and rule is None and not reorder:
+            return None
+        prefills = [r for r in self.running if r.is_prefill_chunk]
+        if policy.uses_deadlines:
+            self._running_prefill_work = sum(prefill_work(r) for r in prefills)
+        for request in prefills:
+            if request.request_id not in views:
+                views[request.request_id] = self._view(request)
+        rank = policy.ranker(self._now)
+        prefills.sort(key=lambda request: rank(views[request.request_id]))
+        decodes: list[Request] | None = None
+        if reorder or rule is not None:
+            decodes = [r for r in self.running if not r.is_prefill_chunk]
+        if reorder:
+            assert decodes is not None
+            if policy.orders_decodes:
+                decodes.sort(key=lambda request: rank(views[request.request_id]))
+            self.running[:] = decodes + prefills
         if rule is None and not prefills:
             return {}
-        decode_tokens = self._decode_tokens(decodes)
         if rule is not None:
+            assert decodes is not None
+            decode_tokens = self._decode_tokens(decodes)
             rule.begin_step(decode_tokens, self.max_num_active_reqs,
                             self.max_num_scheduled_tokens)
+            decode_total = sum(n for _ctx, n in decode_tokens)
+        else:
+            # An upper bound: a decode takes one token plus at most num_spec_tokens drafts.
+            # Over-reserving only leaves budget to vLLM's waiting loop.
+            decode_total = (len(self.running) - len(prefills)) * (1 + self.num_spec_tokens)
         # Closing the generator puts back what it took from the waiting heaps, also
         # when the plan raises.
         with closing(self._waiting_views()) as waiting:
             return plan_prefill_caps(
-                self.fairsched_policy,
+                policy,
                 [views[request.request_id] for request in prefills],
                 waiting,
-                decode_tokens=sum(n for _ctx, n in decode_tokens),
+                decode_tokens=decode_total,
                 token_budget=self.max_num_scheduled_tokens,
                 free_slots=self.max_num_active_reqs - len(self.running),
                 free_kv_tokens=self._free_kv_tokens(),
                 full_sequence_must_fit=bool(getattr(self, "scheduler_reserve_full_isl", False)),
                 rule=rule,
+                now=self._now,
             )
 
     def _waiting_views(self) -> Generator[RequestView, None, None]:
-        """Waiting candidates in the order vLLM's waiting loop will meet them."""
+        """Waiting candidates in the order vLLM's waiting loop will meet them (under
+        ``fcfs`` the queues are vLLM's own, whose iteration is that order)."""
         for queue in (self.kv_holding_waiting, self.waiting):
+            if not isinstance(queue, PolicyRequestQueue):
+                yield from map(self._view, queue)
+                continue
             with closing(queue.iter_in_order()) as requests:
                 for request in requests:
-                    yield request_view(request)
+                    yield self._view(request)
 
     @staticmethod
     def _decode_tokens(decodes: list[Request]) -> list[tuple[int, int]]:

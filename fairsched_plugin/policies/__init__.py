@@ -9,9 +9,10 @@ from ..config import AUTO, FairschedConfig
 from .af_lcb import AFLCBPolicy
 from .aging import AgingPolicy
 from .auto_alpha import UNCALIBRATED_ALPHA, AutoAlpha, PrefillRateEstimator
-from .base import OrderingPolicy, RequestView, SortKey
+from .base import OrderingPolicy, Rank, RequestView, SortKey
 from .estf import EstimatedShortestTokensFirst
 from .fcfs import FCFSPolicy
+from .guarded_srpf import GuardedSRPF
 from .output_estimate import OutputLengthEstimator
 from .plan import plan_prefill_caps
 from .ranked import ranked_service
@@ -37,7 +38,9 @@ __all__ = [
     "AutoAlpha",
     "PrefillRateEstimator",
     "FCFSPolicy",
+    "GuardedSRPF",
     "OrderingPolicy",
+    "Rank",
     "RequestView",
     "SortKey",
     "make_policy",
@@ -60,6 +63,8 @@ def make_policy(config: FairschedConfig, epoch: float = 0.0) -> OrderingPolicy:
         )
     if name in ("fcfs", "fifo"):
         return FCFSPolicy(name)
+    if name == "guarded-srpf":
+        return GuardedSRPF(config.guarded_srpf.slack)
     if name == "aging-spf":
         return AgingShortestPromptFirst(config.aging_spf.rate, epoch=epoch)
     if name in ("estf", "af-lcb"):

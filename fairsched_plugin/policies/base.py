@@ -7,7 +7,9 @@ values and a virtual clock.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -20,6 +22,10 @@ class RequestView:
 
     ``num_tokens`` is prompt plus generated tokens: a preempted request must recompute
     all of them, so its remaining prefill work is ``num_tokens - computed_tokens``.
+
+    ``deadline`` is the wall-clock time after which a policy that assigns deadlines
+    (``OrderingPolicy.uses_deadlines``) serves the request before any that is not overdue;
+    infinite for every other policy.
     """
 
     request_id: str
@@ -29,6 +35,7 @@ class RequestView:
     output_tokens: int = 0
     max_tokens: int | None = None
     priority: int = 0
+    deadline: float = math.inf
 
     @property
     def num_tokens(self) -> int:
@@ -41,6 +48,10 @@ class RequestView:
 
 SortKey = tuple[float, float, str]
 """A total order: policy value, then arrival time, then request id (smaller first)."""
+
+Rank = tuple
+"""What the plan sorts by at one instant: a :data:`SortKey`, or for a policy with
+deadlines ``(lane, ...)`` with overdue requests in lane 0 (see ``OrderingPolicy.ranker``)."""
 
 
 class OrderingPolicy(ABC):
@@ -62,6 +73,12 @@ class OrderingPolicy(ABC):
     orders_decodes = True
     """Whether running decodes are sorted by key each step (they decide who gets the budget
     first and who is preempted); False where vLLM's admission order already serves."""
+    follows_vllm_order = False
+    """True for arrival order: vLLM's own loop already serves it, so the adapter neither
+    reorders the running list nor plans caps (an exact control arm against stock vLLM)."""
+    uses_deadlines = False
+    """True when :meth:`deadline` gives each arriving request a time after which it
+    outranks every request that is not yet overdue (see :meth:`ranker`)."""
 
     @abstractmethod
     def value(self, view: RequestView) -> float:
@@ -70,6 +87,32 @@ class OrderingPolicy(ABC):
     def key(self, view: RequestView) -> SortKey:
         """The value with the documented tie-breaks: arrival time, then request id."""
         return (self.value(view), view.arrival_time, view.request_id)
+
+    def ranker(self, now: float) -> Callable[[RequestView], Rank]:
+        """The order at wall-clock time ``now``: the key itself, unless the policy assigns
+        deadlines; then overdue requests come first, earliest deadline first, and the
+        rest follow in key order. A request's lane changes only once (when its deadline
+        passes), so queues can keep one heap per lane instead of re-keying."""
+        if not self.uses_deadlines:
+            return self.key
+        key = self.key
+
+        def rank(view: RequestView) -> Rank:
+            if view.deadline <= now:
+                return (0, view.deadline, view.arrival_time, view.request_id)
+            return (1, *key(view))
+
+        return rank
+
+    def deadline(self, arrival_time: float, backlog_tokens: int, own_tokens: int) -> float:
+        """The deadline of a request with ``own_tokens`` to prefill, arriving with
+        ``backlog_tokens`` of prefill work ahead of it (only when ``uses_deadlines``)."""
+        raise NotImplementedError(f"{self.name} assigns no deadlines")
+
+    def observe_step(self, prefill_tokens: int, step_time_s: float | None,
+                     saturated: bool) -> None:
+        """A step came back (only called when ``uses_deadlines``): its prefill tokens,
+        measured time, and whether prefill work was queued behind it."""
 
     def describe(self) -> str:
         """One line for the start-up log."""

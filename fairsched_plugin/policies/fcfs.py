@@ -11,12 +11,15 @@ from .base import OrderingPolicy, RequestView
 
 
 class FCFSPolicy(OrderingPolicy):
-    """Arrival order across running and waiting requests.
+    """Arrival order across running and waiting requests: exactly vLLM's own order.
 
-    Decodes are left in vLLM's order: admissions follow arrival, so it already is the key
-    order, and sorting would cost a request view per decode every step."""
+    vLLM's loop already serves its running list in admission order and admits waiting
+    requests by arrival, so the adapter leaves both alone (no reorder, no plan) and this
+    arm is a control: against stock vLLM it measures only the plugin's machinery. Seed
+    000's decodes-first service is the separate ``decodes_first`` switch."""
 
     orders_decodes = False
+    follows_vllm_order = True
 
     def __init__(self, name: str = "fcfs") -> None:
         self.name = name

@@ -33,11 +33,13 @@ def plan_prefill_caps(
     free_kv_tokens: int,
     full_sequence_must_fit: bool = True,
     rule: ChunkRule | None = None,
+    now: float = 0.0,
 ) -> dict[str, int]:
     """Token caps for the prefill candidates the residual budget reaches.
 
     Args:
-        policy: the ordering; ``waiting_in_order`` must already follow its key.
+        policy: the ordering; ``waiting_in_order`` must already follow its order at
+            ``now`` (``policy.ranker(now)``).
         running_prefills: running requests with prefill work left (any order).
         waiting_in_order: waiting requests, best first; consumed lazily and only as far
             as needed, so a long queue costs nothing beyond the requests that get budget.
@@ -57,6 +59,8 @@ def plan_prefill_caps(
             the plan did not cap, and the first waiting candidate that gets 0 ends
             admissions for the step, as vLLM's waiting loop stops at a request it
             cannot schedule.
+        now: the wall-clock time the order is taken at (it matters only to a policy with
+            deadlines).
 
     Returns:
         ``{request_id: cap}`` for every running prefill (0 means "not this step") and,
@@ -65,7 +69,8 @@ def plan_prefill_caps(
         the plan kept free reaches them, and any budget a planned step could not use (a
         failed allocation, a prefix-cache hit) still goes to work.
     """
-    running = sorted((policy.key(view), view) for view in running_prefills)
+    rank = policy.ranker(now)
+    running = sorted((rank(view), view) for view in running_prefills)
     caps = {view.request_id: 0 for _key, view in running}
     left = max(token_budget - decode_tokens, 0)
     if left == 0 or (rule is None and not running):
@@ -73,7 +78,7 @@ def plan_prefill_caps(
     # A two-way merge of the two streams in policy order; ties go to the running request.
     waiting = itertools.islice(waiting_in_order, max(free_slots, 0))
     candidate = next(waiting, None)
-    candidate_key = policy.key(candidate) if candidate is not None else None
+    candidate_key = rank(candidate) if candidate is not None else None
     index = 0
     while left > 0 and (index < len(running) or (rule is not None and candidate is not None)):
         if candidate is not None and (index == len(running) or candidate_key < running[index][0]):
@@ -89,7 +94,7 @@ def plan_prefill_caps(
             if rule is not None:
                 caps[candidate.request_id] = chunk
             candidate = next(waiting, None)
-            candidate_key = policy.key(candidate) if candidate is not None else None
+            candidate_key = rank(candidate) if candidate is not None else None
         else:
             view = running[index][1]
             bound = min(view.remaining_prefill, left)
