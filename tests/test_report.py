@@ -113,7 +113,8 @@ def test_other_tables(report_dir: Path) -> None:
     assert "- fcfs: 1 x `timeout`" in markdown
     # aging / fcfs: median TTFT 0.5 / 2 = 0.25, mean E2E 3 / 5 = 0.6,
     # output tok/s (16/6) / ((16/7 + 16/9) / 2) = 1.3125
-    ratios = row_last(markdown, "aging a=75")  # the ratio table comes after the main one
+    # The ratio table comes after the main one and before the repeat-by-repeat ratios.
+    ratios = row_last(markdown.split("## 6b.")[0], "aging a=75")
     assert ratios == ["aging a=75", "0.25x", "0.25x", "0.25x", "0.60x", "0.60x", "1.31x"]
     assert "Per workload category" not in markdown  # one category only
     assert "- rate: `20.0`" in markdown
@@ -201,3 +202,34 @@ def test_control_section_and_deviation_plot_when_a_target_is_given(tmp_path: Pat
     assert row(markdown, "Steps within 10 % of target (share)")[1:] == ["0.667", "0.667"]
     assert row(markdown, "APC: interventions (all but accepted)")[1:] == ["-", "3"]
     assert (tmp_path / "target_deviation.png").stat().st_size > 0
+
+
+def test_paired_ratios_pair_repeats_per_case_and_client():
+    from fairsched_plugin.bench.report import paired_ratios
+
+    bench = {"ttft_p50_ms": 100.0, "ttft_mean_ms": 120.0, "ttft_p99_ms": 400.0,
+             "e2e_mean_ms": 2000.0, "output_tokens_per_s": 50.0, "completed": 4}
+    half = {**bench, "ttft_p50_ms": 50.0, "output_tokens_per_s": 55.0}
+    data = {
+        # repeat 1: TTFT 1 s; repeat 2: TTFT 3 s
+        "stock": [{**repeat(1.0, 4.0), "vllm_bench": bench}, {**repeat(3.0, 6.0),
+                                                                  "vllm_bench": bench}],
+        # TTFT 0.5 s in both: 0.5x of repeat 1, 1/6 of repeat 2
+        "new": [{**repeat(0.5, 4.0), "vllm_bench": half}, {**repeat(0.5, 6.0),
+                                                               "vllm_bench": half}],
+    }
+    analysis = analyse_runs(data)
+    replay = paired_ratios(analysis, "stock", "replay")["steady"]["new"]
+    assert [r[0] for r in replay] == pytest.approx([0.5, 0.5 / 3])
+    assert [r[3] for r in replay] == pytest.approx([1.0, 1.0])  # mean E2E unchanged
+    vllm = paired_ratios(analysis, "stock", "vllm_bench")["steady"]["new"]
+    assert vllm == [pytest.approx([0.5, 1.0, 1.0, 1.0, 1.1])] * 2
+    markdown = render_markdown(analysis, baseline="stock")
+    assert "| new | 0.33x [0.17-0.50] |" in markdown
+    assert "vllm bench serve" in markdown and "| new | 0.50x [0.50-0.50] | 1.00x" in markdown
+
+
+def test_no_vllm_bench_table_without_its_figures():
+    from fairsched_plugin.bench.report import paired_ratios
+
+    assert paired_ratios(analyse_runs(runs()), "fcfs", "vllm_bench") == {}

@@ -42,8 +42,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     case.add_argument("--case", type=Path, help="replay this case file (JSONL)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--num-requests", type=int)
-    bench.add_argument("--rate-scale", type=float, default=1.0,
-                       help="multiply every arrival rate (0.1 suits the CPU engine)")
+    bench.add_argument("--rate-scale", type=_scales, default=[1.0], metavar="X[,X...]",
+                       help="multiply every arrival rate (0.1 suits the CPU engine); "
+                            "several values replay each workload at each load level")
     bench.add_argument("--max-prompt-tokens", type=int)
     bench.add_argument("--max-output-tokens", type=int)
     bench.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
@@ -72,6 +73,10 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--engine-arg", action="append", default=[],
                        help="extra vLLM argument, repeatable (e.g. --engine-arg=--enforce-eager)")
     bench.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")
+    bench.add_argument("--vllm-bench", action="store_true",
+                       help="after each replay, replay the same case with vLLM's own client "
+                            "(vllm bench serve, Poisson at the case's mean rate) on the same "
+                            "server, and report both")
     bench.add_argument("--base-url", help="replay against this running server instead")
     bench.add_argument("--served-model", help="model name at --base-url (default: --model-dir)")
     bench.add_argument("--label", default="external", help="arm name for --base-url runs")
@@ -113,12 +118,28 @@ def _workload_names(text: str) -> list[str]:
     return names
 
 
+def _scales(text: str) -> list[float]:
+    try:
+        scales = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rate-scale {text!r}: numbers, comma-separated")
+    if not scales or any(not scale > 0 for scale in scales) or len(set(scales)) != len(scales):
+        raise argparse.ArgumentTypeError(f"--rate-scale {text!r}: distinct numbers > 0")
+    return scales
+
+
 def load_cases(args: argparse.Namespace) -> dict[str, list[WorkloadRequest]]:
-    """The cases to replay, by name: one case file, or each generated workload."""
+    """The cases to replay, by name: one case file, or each generated workload at each
+    rate scale (named ``NAME@xSCALE`` when there are several scales)."""
     if args.case:
         return {args.case.stem: read_case(args.case)}
     pool = load_pool(args)
-    return {name: build_workload_from_args(name, pool, args) for name in args.workload}
+    cases = {}
+    for name in args.workload:
+        for scale in args.rate_scale:
+            label = name if len(args.rate_scale) == 1 else f"{name}@x{scale:g}"
+            cases[label] = build_workload_from_args(name, pool, args, rate_scale=scale)
+    return cases
 
 
 PATH_KEYS = ("predictor.path", "profile.path", "trace_path")
@@ -165,6 +186,7 @@ def main(args: argparse.Namespace) -> int:
         runs = run_matrix(
             arms, str(args.model_dir), cases, args.out,
             repeat=args.repeat, engine=engine, timeout_s=args.timeout,
+            vllm_bench=args.vllm_bench,
         )
     config = {
         "command": " ".join(["fairsched", *sys.argv[1:]]),

@@ -56,6 +56,7 @@ def analyse_runs(runs: Runs, target_ms: float | None = None) -> dict[str, dict[s
                 "category": _category(repeat),
                 "meta": repeat.get("meta") or {},
                 "summary": summarize_run(repeat["requests"], repeat.get("trace"), target_ms),
+                **({"vllm_bench": repeat["vllm_bench"]} if "vllm_bench" in repeat else {}),
             }
             for repeat in repeats
         ]
@@ -214,6 +215,7 @@ def render_markdown(
         _class_section(analysis),
         _efficiency_section(analysis),
         _ratio_section(analysis, baseline),
+        _paired_ratio_section(analysis, baseline),
     ]
     if len(_categories(analysis)) > 1:
         sections.append(_category_section(analysis))
@@ -395,6 +397,84 @@ def _ratio_section(analysis: Mapping[str, Mapping[str, Any]], baseline: str) -> 
         + _table(["Arm", *(label for label, _ in RATIO_COLUMNS)], rows)
         + "\n\nRatio of repeat means. Below 1 is better for latency, above 1 for throughput."
     )
+
+
+PAIRED_COLUMNS = (
+    # (label, path in a repeat's summary, key in its vllm_bench figures, scale for display)
+    ("Median TTFT", ("latency", "ttft_s", "p50"), "ttft_p50_ms"),
+    ("Mean TTFT", ("latency", "ttft_s", "mean"), "ttft_mean_ms"),
+    ("P99 TTFT", ("latency", "ttft_s", "p99"), "ttft_p99_ms"),
+    ("Mean E2E", ("latency", "e2e_s", "mean"), "e2e_mean_ms"),
+    ("Output tok/s", ("throughput", "output_tokens_per_s"), "output_tokens_per_s"),
+)
+
+
+def paired_ratios(
+    analysis: Mapping[str, Mapping[str, Any]], baseline: str, client: str
+) -> dict[str, dict[str, list[list[float | None]]]]:
+    """Per case (category), per arm: for each of :data:`PAIRED_COLUMNS`, the ratio to the
+    baseline of each repeat, repeat r against the baseline's repeat r (the runs next to
+    each other in the interleaved order). ``client`` is ``replay`` (the project's client)
+    or ``vllm_bench``; a case that client did not run is left out."""
+
+    def figures(entry: Mapping[str, Any]) -> list[float | None] | None:
+        if client == "replay":
+            return [_mean_leaf(entry["summary"], path) for _l, path, _k in PAIRED_COLUMNS]
+        bench = entry.get("vllm_bench")
+        return None if bench is None else [bench[key] for _l, _p, key in PAIRED_COLUMNS]
+
+    out: dict[str, dict[str, list[list[float | None]]]] = {}
+    for category in _categories(analysis):
+        reference = [figures(e) for e in analysis[baseline]["repeats"]
+                     if e["category"] == category]
+        for arm, a in analysis.items():
+            own = [figures(e) for e in a["repeats"] if e["category"] == category]
+            pairs = [(x, y) for x, y in zip(own, reference) if x is not None and y is not None]
+            if pairs:
+                out.setdefault(category, {})[arm] = [
+                    [_ratio(mine, ref) for mine, ref in zip(x, y)] for x, y in pairs
+                ]
+    return out
+
+
+def _mean_leaf(summary: Mapping[str, Any], path: Sequence[str]) -> float | None:
+    node: Any = summary
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return node if isinstance(node, (int, float)) else None
+
+
+def _median_and_range(values: Sequence[float | None]) -> str:
+    """The typical repeat's ratio with the range of all repeats: ``0.52x [0.47-0.60]``."""
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return MISSING
+    median = float(np.median(known))
+    if len(known) == 1:
+        return f"{median:.2f}x"
+    return f"{median:.2f}x [{known[0]:.2f}-{known[-1]:.2f}]"
+
+
+def _paired_ratio_section(analysis: Mapping[str, Mapping[str, Any]], baseline: str) -> str:
+    parts = [
+        f"## 6b. Ratios to {baseline} per case and client, repeat by repeat",
+        "Each repeat of an arm against the baseline's repeat run next to it; the cell is the "
+        "median over repeats with the range in brackets. Below 1 is better for latency, "
+        "above 1 for throughput.",
+    ]
+    headers = ["Arm", *(label for label, _p, _k in PAIRED_COLUMNS)]
+    for client, title in (("replay", "fairsched replay client"),
+                          ("vllm_bench", "vllm bench serve (Poisson at the case's mean rate)")):
+        for category, arms in paired_ratios(analysis, baseline, client).items():
+            rows = [
+                [arm, *(_median_and_range([r[i] for r in repeats])
+                        for i in range(len(PAIRED_COLUMNS)))]
+                for arm, repeats in arms.items()
+            ]
+            parts.append(f"**{category}**, {title}:\n\n" + _table(headers, rows))
+    return "\n\n".join(parts)
 
 
 def _category_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:

@@ -5,7 +5,9 @@ machine hits every arm alike) it starts a server with identical engine arguments
 until it is ready, warms it up, replays each workload case in turn (one server start for
 all of them: starting is the slow part on a CPU), saves the server's ``/metrics`` and the
 scheduler's per-step trace per case, stops the server, and finally writes the report.
-With ``--base-url`` it replays against a server someone else started instead.
+With ``vllm_bench`` each case is then replayed once more, by ``vllm bench serve`` (see
+``vllm_client``), on the same server. With ``--base-url`` it replays against a server
+someone else started instead.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from . import vllm_client
 from .arms import Arm
 from .replay import ReplayResult, replay
 from .server import running_server
@@ -159,9 +162,12 @@ def run_arm(
     run_dir: Path,
     engine: EngineSettings,
     timeout_s: float,
+    vllm_bench: bool = False,
 ) -> list[dict[str, Any]]:
     """One server start and warm-up for ``arm``, then each named case replayed in turn
-    (each finishes before the next starts); one run per case, in the given order."""
+    (each finishes before the next starts); one run per case, in the given order. With
+    ``vllm_bench`` each replay is followed by ``vllm bench serve`` on the same case, whose
+    figures the run carries as ``vllm_bench``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     trace_path = run_dir / "trace.jsonl"
     env = dict(arm.env)
@@ -178,8 +184,13 @@ def run_arm(
             mark = trace_path.stat().st_size if trace_path.exists() else 0
             result = replay(server.base_url, server.model, case, timeout_s=timeout_s)
             trace = read_jsonl(trace_path, offset=mark)
-            runs.append(save_run(case_dir, result, trace, fetch_metrics(server.base_url),
-                                 category=None if single else name))
+            run = save_run(case_dir, result, trace, fetch_metrics(server.base_url),
+                           category=None if single else name)
+            if vllm_bench:
+                run["vllm_bench"] = vllm_client.run(
+                    server.base_url, server.model, model, case, case_dir,
+                    timeout_s=timeout_s * 2)
+            runs.append(run)
     return runs
 
 
@@ -192,6 +203,7 @@ def run_matrix(
     repeat: int,
     engine: EngineSettings,
     timeout_s: float,
+    vllm_bench: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """Every arm ``repeat`` times, interleaved A-B-B-A; returns runs per arm (one per
     case and repeat)."""
@@ -201,7 +213,8 @@ def run_matrix(
         for arm in order:
             print(f"[repeat {r + 1}/{repeat}] arm {arm.name}", flush=True)
             run_dir = out_dir / "runs" / _slug(arm.name) / f"r{r + 1}"
-            runs[arm.name].extend(run_arm(arm, model, cases, run_dir, engine, timeout_s))
+            runs[arm.name].extend(
+                run_arm(arm, model, cases, run_dir, engine, timeout_s, vllm_bench))
     return runs
 
 

@@ -910,16 +910,17 @@ def main_pool(args: argparse.Namespace) -> int:
 
 
 def build_workload_from_args(
-    name: str, pool: PairPool, args: argparse.Namespace
+    name: str, pool: PairPool, args: argparse.Namespace, rate_scale: float | None = None
 ) -> list[WorkloadRequest]:
     """:func:`build_workload` with the sizing options of a command line (``--seed``,
-    ``--num-requests``, ``--rate-scale``, the token caps and ``--param``)."""
+    ``--num-requests``, ``--rate-scale`` unless ``rate_scale`` is given, the token caps
+    and ``--param``)."""
     return build_workload(
         name,
         pool,
         seed=args.seed,
         num_requests=args.num_requests,
-        rate_scale=args.rate_scale,
+        rate_scale=args.rate_scale if rate_scale is None else rate_scale,
         max_prompt_tokens=args.max_prompt_tokens,
         max_output_tokens=args.max_output_tokens,
         overrides=parse_overrides(args.param),
