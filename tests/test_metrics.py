@@ -253,3 +253,17 @@ def test_summary_takes_the_lprs_target_from_the_trace_and_sums_apc_outcomes():
                               "forced": 1, "interventions": 5}
     assert "control" not in summarize_run([], [_step(50)])
     assert summarize_run([], [_step(50)], target_ms=50.0)["control"]["within_10pct"] == 1.0
+
+
+def test_ttft_splits_into_queue_own_prefill_and_after_with_a_trace():
+    from fairsched_plugin.bench.metrics import request_latencies
+
+    base = {"arrival_s": 1.0, "first_token_s": 2.5, "finish_s": 4.0, "output_tokens": 4}
+    split = request_latencies({**base, "admitted_s": 1.75, "prefill_done_s": 2.25})
+    assert split["queue_s"] == pytest.approx(0.75)
+    assert split["prefill_s"] == pytest.approx(0.5)
+    assert split["after_prefill_s"] == pytest.approx(0.25)
+    assert split["queue_s"] + split["prefill_s"] + split["after_prefill_s"] == pytest.approx(
+        split["ttft_s"])
+    plain = request_latencies(base)
+    assert plain["prefill_s"] is None and plain["after_prefill_s"] is None

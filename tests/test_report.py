@@ -233,3 +233,17 @@ def test_no_vllm_bench_table_without_its_figures():
     from fairsched_plugin.bench.report import paired_ratios
 
     assert paired_ratios(analyse_runs(runs()), "fcfs", "vllm_bench") == {}
+
+
+def test_ttft_parts_only_for_arms_with_a_trace():
+    data = runs()
+    for rep in data["fcfs"]:
+        for r in rep["requests"]:
+            if r["first_token_s"] is not None:
+                r["admitted_s"] = r["arrival_s"] + 0.2
+                r["prefill_done_s"] = r["first_token_s"] - 0.1
+    markdown = render_markdown(analyse_runs(data), baseline="fcfs")
+    section = markdown.split("## 6c. Where TTFT goes")[1].split("##")[0]
+    # fcfs: TTFT 2000 ± 1000 ms, queue 200, own prefill 1700 ± 1000, after 100; share 10%.
+    assert "| steady | fcfs | 2000 ± 1000 | 200 ± 0 | 1700 ± 1000 | 100 ± 0 | 10% |" in section
+    assert "aging a=75" not in section

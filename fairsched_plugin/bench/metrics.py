@@ -34,6 +34,11 @@ Definitions
   took the request from its waiting queue, where the trace gave ``admitted_s``; without a
   trace the client cannot see admission and queue_s is TTFT (waiting *and* the whole
   prefill *and* one step: an upper bound). execution_s = E2E - queue_s.
+- Where TTFT goes (trace only, else None): queue_s (waiting to be admitted, for the token
+  budget or a running slot: the only part a prefill order can shorten), prefill_s =
+  prefill_done_s - admitted_s (the request's own chunks and the steps between them), and
+  after_prefill_s = first_token_s - prefill_done_s (the last step's sampling, detokenising
+  and streaming).
 - Latency statistics: count, mean, p50, p80, p90, p95, p99 (numpy linear interpolation) and
   max over completed requests; all None when count is 0.
 - Throughput: makespan = last finish_s of a completed request - first arrival_s of any
@@ -63,7 +68,8 @@ import numpy as np
 Request = Mapping[str, Any]
 TraceRecord = Mapping[str, Any]
 
-LATENCY_METRICS = ("ttft_s", "e2e_s", "prefill_e2e_s", "tpot_s", "queue_s", "execution_s")
+LATENCY_METRICS = ("ttft_s", "e2e_s", "prefill_e2e_s", "tpot_s", "queue_s", "execution_s",
+                   "prefill_s", "after_prefill_s")
 PERCENTILES = (50, 80, 90, 95, 99)
 STAT_KEYS = ("mean", *(f"p{p}" for p in PERCENTILES), "max")
 CLASS_ORDER = ("short", "medium", "long")
@@ -94,6 +100,8 @@ def request_latencies(request: Request) -> dict[str, float | None]:
         "tpot_s": decode_time / (tokens - 1) if decode_time is not None and tokens > 1 else None,
         "queue_s": queue,
         "execution_s": _minus(e2e, queue),
+        "prefill_s": _minus(prefill_done, admitted),
+        "after_prefill_s": _minus(first, prefill_done),
     }
 
 

@@ -216,6 +216,7 @@ def render_markdown(
         _efficiency_section(analysis),
         _ratio_section(analysis, baseline),
         _paired_ratio_section(analysis, baseline),
+        _ttft_parts_section(analysis),
     ]
     if len(_categories(analysis)) > 1:
         sections.append(_category_section(analysis))
@@ -475,6 +476,41 @@ def _paired_ratio_section(analysis: Mapping[str, Mapping[str, Any]], baseline: s
             ]
             parts.append(f"**{category}**, {title}:\n\n" + _table(headers, rows))
     return "\n\n".join(parts)
+
+
+TTFT_PARTS = (
+    ("TTFT", "ttft_s"),
+    ("queue (admission)", "queue_s"),
+    ("own prefill", "prefill_s"),
+    ("after prefill", "after_prefill_s"),
+)
+
+
+def _ttft_parts_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
+    """Mean TTFT split by the scheduler's trace into the wait for admission (what a prefill
+    order can shorten), the request's own prefill, and what follows it; arms without a
+    trace (stock vLLM) have no split."""
+    rows = []
+    for category in _categories(analysis):
+        for arm, a in analysis.items():
+            agg = a["by_category"].get(category)
+            if _mean(agg, "latency", "prefill_s", "mean") is None:
+                continue
+            cells = [_cell(_stat(agg, "latency", key, "mean"), 1000.0) for _l, key in TTFT_PARTS]
+            share = _ratio(_mean(agg, "latency", "queue_s", "mean"),
+                           _mean(agg, "latency", "ttft_s", "mean"))
+            rows.append([category, arm, *cells, MISSING if share is None else f"{share:.0%}"])
+    if not rows:
+        return "## 6c. Where TTFT goes\n\nNo arm has a scheduler trace to split TTFT with."
+    headers = ["Case", "Arm", *(f"{label} mean (ms)" for label, _k in TTFT_PARTS),
+               "queue share"]
+    return (
+        "## 6c. Where TTFT goes\n\n"
+        "From the scheduler's trace: the wait to be admitted (for the token budget or a "
+        "running slot), the request's own prefill chunks, and the step that samples its "
+        "first token plus streaming. Only the first part depends on the prefill order.\n\n"
+        + _table(headers, rows)
+    )
 
 
 def _category_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
