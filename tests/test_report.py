@@ -245,5 +245,5 @@ def test_ttft_parts_only_for_arms_with_a_trace():
     markdown = render_markdown(analyse_runs(data), baseline="fcfs")
     section = markdown.split("## 6c. Where TTFT goes")[1].split("##")[0]
     # fcfs: TTFT 2000 ± 1000 ms, queue 200, own prefill 1700 ± 1000, after 100; share 10%.
-    assert "| steady | fcfs | 2000 ± 1000 | 200 ± 0 | 1700 ± 1000 | 100 ± 0 | 10% |" in section
+    assert "| steady | fcfs | 2000 ± 1000 | 200 ± 0 | 1700 ± 1000 | 100.0 ± 0.0 | 10% |" in section
     assert "aging a=75" not in section
