@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -114,6 +115,26 @@ def join_trace(
     return sum(request["prefill_done_s"] is not None for request in requests)
 
 
+DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+"""Lets the runner reset the server's prefix cache (a development endpoint; the benchmark
+servers listen on loopback only)."""
+
+
+def reset_prefix_cache(base_url: str, attempts: int = 20) -> None:
+    """Empty the server's prefix cache, so a replay never reuses the KV blocks of the
+    warm-up or of an earlier replay of the same prompts (another load level, the other
+    client): with prefix caching on (vLLM's default), a second replay of a case measured
+    a fraction of the first's prefill work. vLLM refuses while blocks are still held, so
+    this retries briefly."""
+    request = urllib.request.Request(base_url + "/reset_prefix_cache", method="POST")
+    for _ in range(attempts):
+        with urllib.request.urlopen(request, timeout=30) as response:
+            if json.loads(response.read().decode("utf-8")).get("success"):
+                return
+        time.sleep(0.5)
+    raise RuntimeError(f"{base_url} did not reset its prefix cache")
+
+
 def fetch_metrics(base_url: str) -> str:
     try:
         with urllib.request.urlopen(base_url + "/metrics", timeout=30) as response:
@@ -122,14 +143,23 @@ def fetch_metrics(base_url: str) -> str:
         return f"# /metrics unavailable: {exc}\n"
 
 
+WARM_UP_REQUESTS = 64
+
+
 def warm_up(base_url: str, model: str, cases: Sequence[Any]) -> None:
-    """Two short requests first: the first forward passes of a fresh server are slow."""
-    warm = sorted(cases, key=lambda case: case.prompt_tokens)[:2]
+    """A burst of the case's own prompts before measuring. A fresh CPU engine runs every
+    batch shape slowly the first time it meets it (the first replay after start-up took
+    1.5x as long per step and gave 8x the median TTFT of the same case replayed next), so
+    the burst, up to 64 prompts at once with 16 output tokens each, walks the engine through
+    prefill chunks and decode batches of many sizes."""
+    step = max(len(cases) // WARM_UP_REQUESTS, 1)
+    warm = list(cases)[::step][:WARM_UP_REQUESTS]
     replay(base_url, model, [_at_zero(case) for case in warm], show_progress=False)
 
 
 def _at_zero(case: Any) -> Any:
-    return replace(case, id=f"warmup-{case.id}", arrival_s=0.0, output_tokens=4)
+    return replace(case, id=f"warmup-{case.id}", arrival_s=0.0,
+                   output_tokens=min(case.output_tokens, 16))
 
 
 def save_run(
@@ -170,7 +200,7 @@ def run_arm(
     figures the run carries as ``vllm_bench``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     trace_path = run_dir / "trace.jsonl"
-    env = dict(arm.env)
+    env = {**arm.env, **DEV_MODE_ENV}
     if arm.engine_args:
         env["FAIRSCHED_TRACE_PATH"] = str(trace_path.resolve())
     args = [*engine.args(), *arm.engine_args]
@@ -181,12 +211,14 @@ def run_arm(
         for name, case in cases.items():
             case_dir = run_dir if single else run_dir / _slug(name)
             case_dir.mkdir(parents=True, exist_ok=True)
+            reset_prefix_cache(server.base_url)
             mark = trace_path.stat().st_size if trace_path.exists() else 0
             result = replay(server.base_url, server.model, case, timeout_s=timeout_s)
             trace = read_jsonl(trace_path, offset=mark)
             run = save_run(case_dir, result, trace, fetch_metrics(server.base_url),
                            category=None if single else name)
             if vllm_bench:
+                reset_prefix_cache(server.base_url)
                 run["vllm_bench"] = vllm_client.run(
                     server.base_url, server.model, model, case, case_dir,
                     timeout_s=timeout_s * 2)
