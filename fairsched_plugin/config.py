@@ -56,11 +56,11 @@ class AgingConfig:
 
 @dataclass(frozen=True)
 class GuardedSRPFConfig:
-    """Guarded shortest remaining prefill first: a request outranks every request not yet
-    overdue once waiting longer would take its first token past ``slack`` times the
-    estimated FCFS time to first token."""
+    """Guarded shortest remaining prefill first: a request that has waited ``slack`` times
+    the current FCFS wait (prefill backlog over the measured prefill rate) is overdue, and
+    overdue requests outrank the rest, in arrival order."""
 
-    slack: float = 1.5
+    slack: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -200,9 +200,8 @@ KEYS: tuple[_Key, ...] = (
          "any partial prefill, and orders partial prefills by the policy; false keeps "
          "vLLM's running order and only caps prefills)"),
     _Key("guarded_srpf.slack", float,
-         "a finite number >= 1 (a request overtakes all that are not overdue once waiting "
-         "longer would take its first token past slack times its estimated FCFS time to "
-         "first token)", lambda v: _finite(v) and v >= 1),
+         "a finite number > 0 (a request that has waited slack times the current FCFS "
+         "wait, prefill backlog over prefill rate, outranks all that have not)", _positive),
     _Key(
         "aging.alpha",
         float,

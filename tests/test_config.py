@@ -38,7 +38,7 @@ def test_defaults():
     assert config == FairschedConfig(policy="guarded-srpf",
                                      aging=AgingConfig(alpha="auto", beta=-1.0))
     assert config.policy == "guarded-srpf"
-    assert config.guarded_srpf.slack == 1.5
+    assert config.guarded_srpf.slack == 1.0
     assert config.decodes_first is False
     assert config.aging.alpha == "auto"
     assert config.aging.beta == -1.0

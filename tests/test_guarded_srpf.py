@@ -1,12 +1,10 @@
-"""Guarded shortest remaining prefill first: deadlines from the FCFS wait, two-lane order."""
+"""Guarded shortest remaining prefill first: overdue after the current FCFS wait."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
-from fairsched_plugin.config import load_config
+from fairsched_plugin.config import ConfigError, load_config
 from fairsched_plugin.policies import GuardedSRPF, PrefillRateEstimator, RequestView, make_policy
 from fairsched_plugin.policies.guarded_srpf import MIN_RATE_STEPS
 
@@ -19,12 +17,14 @@ def calibrated(slack: float, tokens_per_s: float = 1000.0) -> GuardedSRPF:
     return policy
 
 
-def test_uncalibrated_deadline_is_the_arrival_so_order_is_fcfs():
-    policy = GuardedSRPF(1.5)
-    assert policy.deadline(100.0, backlog_tokens=5000, own_tokens=10) == 100.0
-    rank = policy.ranker(now=100.5)
-    early_long = RequestView("a", 100.0, 4000, deadline=policy.deadline(100.0, 0, 4000))
-    late_short = RequestView("b", 100.2, 10, deadline=policy.deadline(100.2, 4000, 10))
+def test_uncalibrated_every_waiting_request_is_overdue_so_order_is_arrival():
+    policy = GuardedSRPF(1.0)
+    assert policy.current_fcfs_wait(5000) is None
+    cutoff = policy.overdue_cutoff(now=100.5, backlog_tokens=5000)
+    assert cutoff == 100.5
+    rank = policy.ranker(cutoff)
+    early_long = RequestView("a", 100.0, 4000)
+    late_short = RequestView("b", 100.2, 10)
     assert rank(early_long) < rank(late_short)
 
 
@@ -33,61 +33,55 @@ def test_only_saturated_steps_measure_the_rate():
     for _ in range(MIN_RATE_STEPS):
         policy.observe_step(10, 0.01, saturated=False)
     assert policy.rate.rate is None
-    assert policy.deadline(5.0, 100, 10) == 5.0
 
 
-def test_deadline_is_the_latest_start_within_slack_times_the_fcfs_ttft():
+def test_cutoff_is_now_minus_slack_times_the_current_fcfs_wait():
     policy = calibrated(slack=1.5, tokens_per_s=1000.0)
-    # 2,000 tokens ahead and 500 of its own at 1,000 tokens/s: FCFS gives the first token
-    # after 2.5 s; 1.5 x 2.5 s = 3.75 s, so it must start by 3.25 s.
-    assert policy.deadline(10.0, backlog_tokens=2000, own_tokens=500) == pytest.approx(13.25)
-    # At an idle engine a long prompt may still be overtaken for half its own prefill time.
-    assert policy.deadline(10.0, backlog_tokens=0, own_tokens=2000) == pytest.approx(11.0)
-    # Slack 1: the estimated FCFS start itself.
-    fcfs_like = calibrated(slack=1.0, tokens_per_s=1000.0)
-    assert fcfs_like.deadline(10.0, 2000, 500) == pytest.approx(12.0)
-    assert fcfs_like.deadline(10.0, 0, 2000) == 10.0
+    # 2,000 tokens queued at 1,000 tokens/s: FCFS would make a new request wait 2 s.
+    assert policy.current_fcfs_wait(2000) == pytest.approx(2.0)
+    assert policy.overdue_cutoff(now=10.0, backlog_tokens=2000) == pytest.approx(7.0)
+    assert policy.overdue_cutoff(now=10.0, backlog_tokens=0) == pytest.approx(10.0)
 
 
-def test_shortest_remaining_first_until_the_deadline_then_overdue_first():
+def test_shortest_remaining_first_until_overdue_then_arrival_order():
     policy = calibrated(slack=1.0)
-    long = RequestView("long", 10.0, 3000, deadline=12.0)
-    short = RequestView("short", 11.0, 20, deadline=15.0)
-    shorter = RequestView("shorter", 11.5, 5, deadline=16.0)
-    before = sorted([long, short, shorter], key=policy.ranker(now=11.9))
-    assert [v.request_id for v in before] == ["shorter", "short", "long"]
-    after = sorted([long, short, shorter], key=policy.ranker(now=12.0))
-    assert [v.request_id for v in after] == ["long", "shorter", "short"]
-    # Overdue requests go earliest deadline first, whatever their length.
-    late = sorted([long, short, shorter], key=policy.ranker(now=20.0))
-    assert [v.request_id for v in late] == ["long", "short", "shorter"]
+    long = RequestView("long", 10.0, 3000)
+    short = RequestView("short", 11.0, 20)
+    shorter = RequestView("shorter", 11.5, 5)
+    views = [long, short, shorter]
+    assert [v.request_id for v in sorted(views, key=policy.ranker(9.9))] == [
+        "shorter", "short", "long"]
+    # long arrived at the cutoff: overdue, first.
+    assert [v.request_id for v in sorted(views, key=policy.ranker(10.0))] == [
+        "long", "shorter", "short"]
+    # All overdue: arrival order, whatever the lengths.
+    assert [v.request_id for v in sorted(views, key=policy.ranker(12.0))] == [
+        "long", "short", "shorter"]
 
 
 def test_remaining_work_counts_computed_tokens():
     policy = GuardedSRPF(1.0)
-    almost_done = RequestView("a", 1.0, 4000, computed_tokens=3990, deadline=math.inf)
-    fresh = RequestView("b", 2.0, 100, deadline=math.inf)
+    almost_done = RequestView("a", 1.0, 4000, computed_tokens=3990)
+    fresh = RequestView("b", 2.0, 100)
     assert policy.key(almost_done) < policy.key(fresh)
 
 
-def test_policies_without_deadlines_rank_by_their_key():
+def test_policies_without_the_guard_rank_by_their_key():
     aging = make_policy(load_config({"fairsched": {"policy": "aging"}}, {}))
     view = RequestView("a", 1.0, 10)
-    assert aging.ranker(now=5.0)(view) == aging.key(view)
+    assert aging.ranker(5.0)(view) == aging.key(view)
     with pytest.raises(NotImplementedError):
-        aging.deadline(1.0, 10, 10)
+        aging.overdue_cutoff(1.0, 10)
 
 
 def test_shared_rate_estimator_is_used():
     estimator = PrefillRateEstimator(min_steps=1)
     policy = GuardedSRPF(2.0, estimator)
     policy.observe_step(500, 0.5, saturated=True)
-    # 1,000 tokens/s: start by 2 x (1 s + 0.1 s) - 0.1 s.
-    assert policy.deadline(0.0, 1000, 100) == pytest.approx(2.1)
+    assert policy.overdue_cutoff(10.0, 1000) == pytest.approx(8.0)  # 2 x 1,000 / 1,000 tok/s
 
 
-def test_slack_below_one_is_refused():
-    from fairsched_plugin.config import ConfigError
-
+def test_slack_must_be_positive():
     with pytest.raises(ConfigError, match="guarded_srpf.slack"):
-        load_config({"fairsched": {"guarded_srpf": {"slack": 0.9}}}, {})
+        load_config({"fairsched": {"guarded_srpf": {"slack": 0}}}, {})
+    assert load_config({"fairsched": {"guarded_srpf": {"slack": 0.5}}}, {}).guarded_srpf.slack == 0.5
