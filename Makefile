@@ -1,10 +1,13 @@
 # The two commands of the README: `make main` (set up, then the main job) and `make test`.
 .PHONY: setup main test demo bench-overhead
 
-# The main job: FCFS against the default Aging on a ShareGPT workload that makes the CPU
-# engine queue (300 requests, 40 req/s, prefill budget 256), two interleaved repeats.
-MAIN_BENCH = --arms fcfs,aging --workload sharegpt_fixed_gap --num-requests 300 \
-	--param gap_s=0.025 --max-output-tokens 128 --repeat 2 --pool .cache/sharegpt-pool.jsonl
+# The main job: stock vLLM, the plugin's fcfs (vLLM's own order, the control) and the
+# default policy on ShareGPT with Poisson arrivals at three loads for the CPU engine
+# (15, 45 and 80 req/s: light, moderate, heavy; 300 requests, prefill budget 256), three
+# interleaved repeats, each case replayed by the project's client and by vllm bench serve.
+MAIN_BENCH = --arms stock,fcfs,guarded-srpf --workload uniform --num-requests 300 \
+	--param rate_per_s=10 --rate-scale 1.5,4.5,8 --max-output-tokens 128 --repeat 3 \
+	--vllm-bench --pool .cache/sharegpt-pool.jsonl
 
 setup:
 	bash scripts/setup.sh

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from fairsched_plugin.bench.arms import STOCK, parse_arms
+from fairsched_plugin.bench.arms import STOCK, parse_arm, parse_arms
 from fairsched_plugin.bench.cli import SEED002_CATEGORIES, _workload_names, plugin_settings
 from fairsched_plugin.config import ConfigError
 
@@ -69,3 +69,11 @@ def test_workload_lists_and_the_seed002_suite():
     for bad in ("nope", "uniform,uniform", ","):
         with pytest.raises(argparse.ArgumentTypeError):
             _workload_names(bad)
+
+
+def test_arm_parameters_may_be_top_level_or_dotted_config_keys():
+    arm = parse_arm("fcfs:decodes_first=true")
+    assert arm.env["FAIRSCHED_DECODES_FIRST"] == "true"
+    dotted = parse_arm("guarded-srpf:slack=2:apc.min_chunk=32")
+    assert dotted.env["FAIRSCHED_GUARDED_SRPF_SLACK"] == "2"
+    assert dotted.env["FAIRSCHED_APC_MIN_CHUNK"] == "32"

@@ -48,10 +48,10 @@ def _assert_streamed(results, max_tokens: int = 16) -> None:
         assert 0 < result.ttft_s <= result.e2e_s
 
 
-def test_scheduler_cls_serves_with_aging(tiny_model: Path, tmp_path: Path):
+def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path: Path):
     args = ENGINE_ARGS + [
         "--scheduler-cls", "fairsched_plugin.FairScheduler",
-        "--additional-config", json.dumps({"fairsched": {"aging": {"alpha": 75.0}}}),
+        "--additional-config", json.dumps({"fairsched": {"guarded_srpf": {"slack": 1.5}}}),
     ]
     with running_server(str(tiny_model), tmp_path / "server.log", args) as server:
         _assert_streamed(_query_all(server))
@@ -59,7 +59,8 @@ def test_scheduler_cls_serves_with_aging(tiny_model: Path, tmp_path: Path):
     # The CPU executor runs vLLM without async scheduling, so FairScheduler builds its
     # sync variant; on a GPU the same name stays async.
     assert re.search(
-        r"fairsched: scheduler Fair(Sync)?Scheduler active with policy aging\(alpha=75, beta=-1\)",
+        r"fairsched: scheduler Fair(Sync)?Scheduler active with policy "
+        r"guarded-srpf\(overdue after slack=1.5 x the current FCFS wait",
         log,
     )
     assert "is the async variant" not in log

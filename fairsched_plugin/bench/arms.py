@@ -2,7 +2,9 @@
 
 ``stock`` is vLLM with its own scheduler (no plugin class); every other arm runs
 ``fairsched_plugin.FairScheduler`` with the named policy, e.g. ``fcfs``, ``aging``,
-``aging:alpha=150`` or ``aging:alpha=150:beta=-2``; arms are separated by commas. Parameters go to the plugin through ``FAIRSCHED_*`` environment
+``aging:alpha=150`` or ``aging:alpha=150:beta=-2``; arms are separated by commas. A
+parameter is a key of the policy's config section, or a dotted or top-level config key
+(``fcfs:decodes_first=true``, ``guarded-srpf:lprs.target_ms=30``). Parameters go to the plugin through ``FAIRSCHED_*`` environment
 variables, which (unlike ``--additional-config``) leave vLLM's compile-cache key alone, so
 arms share one compiled model.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..config import POLICY_NAMES, ConfigError, load_config
+from ..config import KEYS, POLICY_NAMES, ConfigError, load_config
 
 STOCK = "stock"
 
@@ -25,6 +27,7 @@ class Arm:
 
 
 SWITCHES = ("lprs", "apc")
+_CONFIG_PATHS = frozenset(key.path for key in KEYS)
 """Mechanisms an arm switches on with ``+name`` (e.g. ``aging+lprs+apc``)."""
 
 
@@ -49,7 +52,8 @@ def parse_arm(spec: str, settings: Mapping[str, str] | None = None) -> Arm:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"arm {spec!r}: parameter {item!r} is not key=value")
-        env[f"FAIRSCHED_{policy}_{key}".upper().replace("-", "_")] = value
+        path = key if key in _CONFIG_PATHS else f"{policy.replace('-', '_')}.{key}"
+        env["FAIRSCHED_" + path.replace(".", "_").upper()] = value
     load_config(None, environ=env)  # fail now, not after a server start
     return Arm(spec, ("--scheduler-cls", "fairsched_plugin.FairScheduler"), env)
 
