@@ -56,11 +56,12 @@ class AgingConfig:
 
 @dataclass(frozen=True)
 class GuardedSRPFConfig:
-    """Guarded shortest remaining prefill first: a request that has waited ``slack`` times
-    the current FCFS wait (prefill backlog over the measured prefill rate) is overdue, and
-    overdue requests outrank the rest, in arrival order."""
+    """Guarded shortest remaining prefill first: a request's deadline is its arrival plus
+    ``slack`` times the larger of its FCFS wait and the largest FCFS wait of the last
+    ``window_s`` seconds; overdue requests outrank the rest."""
 
     slack: float = 1.0
+    window_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -200,8 +201,11 @@ KEYS: tuple[_Key, ...] = (
          "any partial prefill, and orders partial prefills by the policy; false keeps "
          "vLLM's running order and only caps prefills)"),
     _Key("guarded_srpf.slack", float,
-         "a finite number > 0 (a request that has waited slack times the current FCFS "
-         "wait, prefill backlog over prefill rate, outranks all that have not)", _positive),
+         "a finite number > 0 (a request is overdue after slack times the larger of its FCFS "
+         "wait and the largest FCFS wait of the window)", _positive),
+    _Key("guarded_srpf.window_s", float,
+         "a finite number >= 0 (seconds over which the largest FCFS wait is remembered)",
+         _non_negative),
     _Key(
         "aging.alpha",
         float,

@@ -253,65 +253,74 @@ def test_random_operations_match_a_sorted_list():
     assert len(queue._heap) <= 2 * len(model) + 64 + 1
 
 
-# --------------------------------------------------------------------------- overdue lane
+# --------------------------------------------------------------------------- deadline lane
 
 
-class _Cutoff:
-    def __init__(self, value: float) -> None:
-        self.value = value
+class _Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
 
     def __call__(self) -> float:
-        return self.value
+        return self.now
 
 
-def guarded_queue(cutoff: _Cutoff) -> PolicyRequestQueue:
-    """Keys by prompt length (shortest first); arrivals at or before the cutoff first."""
+def deadline_queue(deadlines: dict[str, float], clock: _Clock) -> PolicyRequestQueue:
+    """Keys by prompt length (shortest first), deadlines from ``deadlines``."""
     return PolicyRequestQueue(
         lambda r: (r.num_prompt_tokens, r.arrival_time, r.request_id),
-        cutoff=cutoff,
+        deadline=lambda r: deadlines[r.request_id],
+        clock=clock,
         work=lambda r: r.num_tokens - r.num_computed_tokens,
     )
 
 
-def test_overdue_requests_come_first_in_arrival_order(five):
-    # a 40 tokens at 0.0, b 10 at 2.0, c 100 at 10.0, d 2 at 1.0, e 20 at 5.0
-    cutoff = _Cutoff(1.5)
-    queue = guarded_queue(cutoff)
+def test_deadline_lane_serves_overdue_requests_first_in_deadline_order(five):
+    # a 40 tokens, b 10, c 100, d 2, e 20; deadlines make c and a overdue at t=5.
+    deadlines = {"a": 4.0, "b": 50.0, "c": 3.0, "d": 60.0, "e": 70.0}
+    clock = _Clock(5.0)
+    queue = deadline_queue(deadlines, clock)
     for request in five.values():
         queue.add_request(request)
     assert queue.work == 40 + 10 + 100 + 2 + 20
-    assert [r.request_id for r in queue.iter_in_order()] == ["a", "d", "b", "e", "c"]
-    assert [r.request_id for r in queue] == ["a", "d", "b", "e", "c"]
-    assert queue.peek_request().request_id == "a"
-    assert queue.pop_request().request_id == "a"
-    assert queue.work == 132
-    cutoff.value = 5.0  # b and e are overdue too now
-    assert drain(queue) == ["d", "b", "e", "c"]
+    assert [r.request_id for r in queue.iter_in_order()] == ["c", "a", "d", "b", "e"]
+    assert [r.request_id for r in queue] == ["c", "a", "d", "b", "e"]
+    assert queue.peek_request().request_id == "c"
+    assert queue.pop_request().request_id == "c"
+    assert queue.work == 72
+    clock.now = 55.0  # b is overdue now too
+    assert drain(queue) == ["a", "b", "d", "e"]
     assert queue.work == 0 and not queue
 
 
 def test_iter_in_order_puts_everything_back_and_yields_each_request_once(five):
-    queue = guarded_queue(_Cutoff(2.0))
+    deadlines = {"a": 4.0, "b": 1.0, "c": 3.0, "d": 60.0, "e": 70.0}
+    queue = deadline_queue(deadlines, _Clock(10.0))
     for request in five.values():
         queue.add_request(request)
     first = [r.request_id for r in queue.iter_in_order()]
-    assert first == ["a", "d", "b", "e", "c"]
+    assert first == ["b", "c", "a", "d", "e"]
     assert [r.request_id for r in queue.iter_in_order()] == first
     assert drain(queue) == first
 
 
-def test_guarded_queue_removal_and_compaction_keep_both_lanes_consistent():
-    cutoff = _Cutoff(-1.0)
-    queue = guarded_queue(cutoff)
+def test_deadline_queue_removal_and_compaction_keep_both_lanes_consistent():
+    clock = _Clock(0.0)
+    deadlines = {f"r{i}": float(i) for i in range(400)}
+    queue = deadline_queue(deadlines, clock)
     requests = [req(f"r{i}", 1 + (i * 37) % 500, float(i)) for i in range(400)]
     for request in requests:
         queue.add_request(request)
     queue.remove_requests(requests[::2])
     assert len(queue) == 200
     assert len(queue._heap) <= 2 * 200 + 64 and len(queue._overdue_heap) <= 2 * 200 + 64
-    cutoff.value = 99.5  # r1, r3, ..., r99 are overdue
+    clock.now = 100.5  # r1, r3, ..., r99 are overdue
     order = drain(queue)
     assert order[:50] == [f"r{i}" for i in range(1, 101, 2)]
     rest = [int(rid[1:]) for rid in order[50:]]
     assert [1 + (i * 37) % 500 for i in rest] == sorted(1 + (i * 37) % 500 for i in rest)
     assert queue.work == 0
+
+
+def test_a_deadline_queue_needs_a_clock():
+    with pytest.raises(ValueError, match="clock"):
+        PolicyRequestQueue(aging_key, deadline=lambda r: 0.0)

@@ -396,23 +396,26 @@ def _guarded_engine(model_dir, slack: float, tokens_per_s: float) -> OfflineEngi
     return engine
 
 
-def test_guarded_srpf_serves_short_requests_first_while_nothing_is_overdue(config_only_model):
+def test_guarded_srpf_lets_short_requests_overtake_until_the_deadline(config_only_model):
     import time
 
-    # 100 tokens/s: the queued 2,000 tokens are a 20 s FCFS wait; nobody has waited that.
+    # 100 tokens/s. long arrives at an idle engine, but a burst 1 s ago made the FCFS wait
+    # 10 s, so long may wait up to 10 s; a short request behind it is served first.
     engine = _guarded_engine(config_only_model, slack=1.0, tokens_per_s=100.0)
     now = time.time()
+    engine.scheduler.fairsched_policy.observe_backlog(now - 1.0, 1000)
     engine.add([make_request("long", 2000, 4, arrival_time=now)])
     engine.step()
     engine.add([make_request("short", 40, 4, arrival_time=now + 0.01)])
     assert engine.step().output.num_scheduled_tokens == {"short": 40, "long": 24}
-    # Backlog before that step: long's 1,936 tokens plus short's 40, at 100 tokens/s.
-    assert engine.scheduler._overdue_cutoff == pytest.approx(time.time() - 19.76, abs=0.5)
+    deadlines = engine.scheduler._deadlines
+    assert deadlines["long"] == pytest.approx(now + 10.0)
+    # Behind short: long's remaining 1,936 tokens, a 19.36 s FCFS wait.
+    assert deadlines["short"] == pytest.approx(now + 0.01 + 19.36)
 
 
 def test_guarded_srpf_serves_an_overdue_request_before_shorter_ones(config_only_model):
-    # Arrivals 100 s ago, at 1e6 tokens/s: the FCFS wait is milliseconds, so both requests
-    # are overdue and go in arrival order.
+    # At 1e6 tokens/s every FCFS wait is microseconds: the order is arrival order.
     engine = _guarded_engine(config_only_model, slack=1.0, tokens_per_s=1e6)
     engine.add([make_request("long", 2000, 4, arrival_time=100.0)])
     engine.step()
@@ -436,6 +439,7 @@ def test_guarded_srpf_measures_the_prefill_rate_on_saturated_steps(config_only_m
     # At most a full budget per 2 ms step.
     assert 0 < rate.rate <= BUDGET / 0.002
     engine.run_until_idle()
+    assert not scheduler._deadlines
     _assert_nothing_left(engine, 4000)
 
 
@@ -446,5 +450,6 @@ def test_guarded_srpf_random_workload_with_aborts_leaks_nothing(config_only_mode
     aborted = _run_checked(engine, _random_workload(seed=21, count=60), max_num_seqs=8,
                            abort_every=6)
     assert aborted
+    assert not engine.scheduler._deadlines
     assert engine.scheduler.waiting.work == 0
     _assert_nothing_left(engine, 300)

@@ -4,11 +4,10 @@ Insert, pop and remove cost O(log n); nothing is re-sorted per step. Aborted req
 only marked dead (O(1)) and the heaps are compacted once dead entries outnumber live ones,
 so a storm of aborts cannot leave a heap growing.
 
-For a policy that guards the tail (``OrderingPolicy.guards_tail``) the order changes with
-time, but only in one way: the overdue requests, those that arrived at or before the
-step's cutoff, come first in arrival order. They are a prefix of the arrival order, so the
-queue keeps a second heap on arrival and, at each look, serves its head first while it is
-at or before the cutoff; no request is ever re-keyed for the time.
+For a policy with deadlines (``OrderingPolicy.uses_deadlines``) the order changes with
+time, but only in one way: a request moves to the overdue lane once, when its deadline
+passes. So the queue keeps a second heap on deadlines and, at each look, serves its head
+first while that deadline has passed; no request is ever re-keyed for the time.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ _DEAD = None
 
 
 class PolicyRequestQueue(RequestQueue):
-    """Waiting requests, smallest policy key first (overdue ones first, with a cutoff).
+    """Waiting requests, smallest policy key first (overdue ones first, with deadlines).
 
     The key is taken once, when a request enters the queue: waiting requests make no
     progress, so a time-invariant policy key (see ``OrderingPolicy``) stays correct until
@@ -34,24 +33,28 @@ class PolicyRequestQueue(RequestQueue):
 
     Args:
         key: the policy key of a request.
-        cutoff: for a policy that guards the tail, the current step's overdue cutoff:
-            requests that arrived at or before it are served first, in arrival order.
+        deadline: with a deadline policy, the request's deadline; ``clock`` then gives
+            the instant the order is taken at (the scheduler's step time).
         work: the prefill tokens a waiting request still needs; the queue keeps their
-            sum (:attr:`work`), the waiting part of the backlog.
+            sum (:attr:`work`) for deadline estimates.
     """
 
     def __init__(
         self,
         key: Callable[[Request], SortKey],
-        cutoff: Callable[[], float] | None = None,
+        deadline: Callable[[Request], float] | None = None,
+        clock: Callable[[], float] | None = None,
         work: Callable[[Request], int] | None = None,
     ) -> None:
+        if (deadline is None) != (clock is None):
+            raise ValueError("a deadline queue needs both deadline and clock")
         self._key = key
-        self._cutoff = cutoff
+        self._deadline = deadline
+        self._clock = clock
         self._work = work
         self._heap: list[list] = []
-        self._overdue_heap: list[list] | None = [] if cutoff is not None else None
-        # request -> (key entry, arrival entry or None, work)
+        self._overdue_heap: list[list] | None = [] if deadline is not None else None
+        # request -> (key entry, deadline entry or None, work)
         self._entries: dict[Request, tuple[list, list | None, int]] = {}
         self._seq = itertools.count()
         self.work = 0
@@ -64,7 +67,8 @@ class PolicyRequestQueue(RequestQueue):
         heapq.heappush(self._heap, entry)
         timed = None
         if self._overdue_heap is not None:
-            timed = [request.arrival_time, seq, request]
+            assert self._deadline is not None
+            timed = [self._deadline(request), seq, request]
             heapq.heappush(self._overdue_heap, timed)
         work = self._work(request) if self._work is not None else 0
         self.work += work
@@ -124,14 +128,13 @@ class PolicyRequestQueue(RequestQueue):
         """
         taken: list[tuple[list, list]] = []
         try:
+            now = self._clock() if self._clock is not None else None
             overdue: set[int] = set()
             if self._overdue_heap is not None:
-                assert self._cutoff is not None
-                cutoff = self._cutoff()
                 heap = self._overdue_heap
                 while True:
                     self._drop_dead_head(heap)
-                    if not heap or heap[0][0] > cutoff:
+                    if not heap or heap[0][0] > now:
                         break
                     overdue.add(heap[0][1])
                     yield heap[0][2]
@@ -150,7 +153,7 @@ class PolicyRequestQueue(RequestQueue):
 
     def rekey(self) -> None:
         """Take every waiting request's key again (the policy's parameters changed): O(n).
-        The arrival lane needs nothing."""
+        Deadlines are fixed at arrival and stay."""
         self._heap = []
         for request, (entry, _timed, _work) in self._entries.items():
             entry[0] = self._key(request)
@@ -158,14 +161,13 @@ class PolicyRequestQueue(RequestQueue):
         heapq.heapify(self._heap)
 
     def _head_heap(self) -> list[list]:
-        """The heap whose head is served next: the arrival lane's while its head is
-        overdue, else the key heap (possibly empty)."""
+        """The heap whose head is served next: the overdue lane's while its head's
+        deadline has passed, else the key heap (possibly empty)."""
         self._drop_dead_head(self._heap)
         overdue = self._overdue_heap
         if overdue is not None:
-            assert self._cutoff is not None
             self._drop_dead_head(overdue)
-            if overdue and overdue[0][0] <= self._cutoff():
+            if overdue and overdue[0][0] <= self._clock():
                 return overdue
         return self._heap
 

@@ -21,10 +21,9 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
    the waiting queue, a heap on the same key, admits in policy order.
 
 ``fcfs`` is vLLM's own order, so steps 3 and 4 are skipped for it: it is an exact
-control arm against stock vLLM. For a policy that guards the tail (``guarded-srpf``) the
-plan also fixes the step's overdue cutoff from the prefill backlog (the waiting queues
-keep its sum) and the measured prefill rate; the queues keep the overdue lane, arrival
-order, in a second heap.
+control arm against stock vLLM. A policy with deadlines (``guarded-srpf``) gets each
+request's deadline when it arrives, from the prefill work queued ahead of it, the recent
+backlog and the measured prefill rate; its queues keep the overdue lane in a second heap.
 
 vLLM's FCFS preemption takes ``running[-1]``: in vLLM's running order the most recently
 admitted request; with the reorder, the lowest-ranked partial prefill or, when none is
@@ -77,7 +76,7 @@ COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPE
 request's is not)."""
 
 
-def request_view(request: Request) -> RequestView:
+def request_view(request: Request, deadline: float = math.inf) -> RequestView:
     """The policy layer's copy of a vLLM request."""
     return RequestView(
         request_id=request.request_id,
@@ -87,6 +86,7 @@ def request_view(request: Request) -> RequestView:
         output_tokens=request.num_output_tokens,
         max_tokens=request.max_tokens,
         priority=request.priority,
+        deadline=deadline,
     )
 
 
@@ -122,7 +122,8 @@ class FairSchedulingMixin:
         check_scheduler_state(self)
         policy = self.fairsched_policy
         self._now = time.time()
-        self._overdue_cutoff = -math.inf
+        self._deadlines: dict[str, float] = {}
+        self._running_prefill_work = 0
         if not policy.follows_vllm_order:
             self.waiting = self._make_queue()
             self.kv_holding_waiting = self._make_queue()
@@ -131,7 +132,7 @@ class FairSchedulingMixin:
         self._decodes_first = config.decodes_first
         self._hidden: list[Request] = []
         listeners = []
-        if policy.guards_tail:
+        if policy.uses_deadlines:
             listeners.append(self._observe_prefill_rate)
         self._auto_alpha: AutoAlpha | None = None
         if config.policy == "aging" and config.aging.alpha == AUTO:
@@ -158,7 +159,7 @@ class FairSchedulingMixin:
             self.waiting.rekey()
             self.kv_holding_waiting.rekey()
         views = (
-            {request.request_id: request_view(request) for request in self.running}
+            {request.request_id: self._view(request) for request in self.running}
             if self._ranked or policy.orders_decodes
             else {}
         )
@@ -175,15 +176,21 @@ class FairSchedulingMixin:
             self._hidden = []
 
     def add_request(self, request: Request) -> None:
+        policy = self.fairsched_policy
+        if policy.uses_deadlines:
+            backlog = (self.waiting.work + self.kv_holding_waiting.work
+                       + self._running_prefill_work)
+            self._deadlines[request.request_id] = policy.deadline(request.arrival_time, backlog)
         super().add_request(request)
-        if self.fairsched_policy.tracks_service:
-            self.fairsched_policy.observe_arrival(request_view(request))
+        if policy.tracks_service:
+            policy.observe_arrival(request_view(request))
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         if request.status in COMPLETED:
             self.fairsched_policy.observe_finished(request_view(request))
         if self._chunk_rule is not None:
             self._chunk_rule.forget(request.request_id)
+        self._deadlines.pop(request.request_id, None)
         return super()._free_request(request, *args, **kwargs)
 
     def _reserve_prefill_lookahead(
@@ -269,21 +276,28 @@ class FairSchedulingMixin:
         )
 
     def _observe_prefill_rate(self, step: dict[str, Any]) -> None:
-        """Step listener for tail-guarding policies: the prefill rate of saturated steps,
-        those that used the whole budget or left requests waiting."""
+        """Step listener for deadline policies: the prefill rate of saturated steps, those
+        that used the whole budget or left requests waiting."""
         saturated = (step["num_waiting"] > 0 or step["prefill_tokens"] + step["decode_tokens"]
                      >= self.max_num_scheduled_tokens)
         self.fairsched_policy.observe_step(step["prefill_tokens"], step["step_time_s"],
                                            saturated)
 
+    def _view(self, request: Request) -> RequestView:
+        return request_view(request, self._deadlines.get(request.request_id, math.inf))
+
     def _make_queue(self) -> PolicyRequestQueue:
-        if not self.fairsched_policy.guards_tail:
+        if not self.fairsched_policy.uses_deadlines:
             return PolicyRequestQueue(self._waiting_key)
         return PolicyRequestQueue(
-            self._waiting_key, cutoff=lambda: self._overdue_cutoff, work=prefill_work)
+            self._waiting_key,
+            deadline=lambda request: self._deadlines.get(request.request_id, math.inf),
+            clock=lambda: self._now,
+            work=prefill_work,
+        )
 
     def _waiting_key(self, request: Request):
-        return self.fairsched_policy.key(request_view(request))
+        return self.fairsched_policy.key(self._view(request))
 
     def _hide_unranked(self, views: dict[str, RequestView]) -> list[Request]:
         """Ranked service: keep in ``self.running`` only the running requests in the top
@@ -323,14 +337,14 @@ class FairSchedulingMixin:
         if policy.follows_vllm_order and rule is None and not reorder:
             return None
         prefills = [r for r in self.running if r.is_prefill_chunk]
-        if policy.guards_tail:
-            backlog = (self.waiting.work + self.kv_holding_waiting.work
-                       + sum(prefill_work(r) for r in prefills))
-            self._overdue_cutoff = policy.overdue_cutoff(self._now, backlog)
+        if policy.uses_deadlines:
+            self._running_prefill_work = sum(prefill_work(r) for r in prefills)
+            policy.observe_backlog(self._now, self.waiting.work + self.kv_holding_waiting.work
+                                   + self._running_prefill_work)
         for request in prefills:
             if request.request_id not in views:
-                views[request.request_id] = request_view(request)
-        rank = policy.ranker(self._overdue_cutoff)
+                views[request.request_id] = self._view(request)
+        rank = policy.ranker(self._now)
         prefills.sort(key=lambda request: rank(views[request.request_id]))
         decodes: list[Request] | None = None
         if reorder or rule is not None:
@@ -365,7 +379,7 @@ class FairSchedulingMixin:
                 free_kv_tokens=self._free_kv_tokens(),
                 full_sequence_must_fit=bool(getattr(self, "scheduler_reserve_full_isl", False)),
                 rule=rule,
-                cutoff=self._overdue_cutoff,
+                now=self._now,
             )
 
     def _waiting_views(self) -> Generator[RequestView, None, None]:
@@ -373,11 +387,11 @@ class FairSchedulingMixin:
         ``fcfs`` the queues are vLLM's own, whose iteration is that order)."""
         for queue in (self.kv_holding_waiting, self.waiting):
             if not isinstance(queue, PolicyRequestQueue):
-                yield from map(request_view, queue)
+                yield from map(self._view, queue)
                 continue
             with closing(queue.iter_in_order()) as requests:
                 for request in requests:
-                    yield request_view(request)
+                    yield self._view(request)
 
     @staticmethod
     def _decode_tokens(decodes: list[Request]) -> list[tuple[int, int]]:

@@ -64,7 +64,7 @@ def make_policy(config: FairschedConfig, epoch: float = 0.0) -> OrderingPolicy:
     if name in ("fcfs", "fifo"):
         return FCFSPolicy(name)
     if name == "guarded-srpf":
-        return GuardedSRPF(config.guarded_srpf.slack)
+        return GuardedSRPF(config.guarded_srpf.slack, config.guarded_srpf.window_s)
     if name == "aging-spf":
         return AgingShortestPromptFirst(config.aging_spf.rate, epoch=epoch)
     if name in ("estf", "af-lcb"):

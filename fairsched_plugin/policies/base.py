@@ -7,6 +7,7 @@ values and a virtual clock.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ class RequestView:
 
     ``num_tokens`` is prompt plus generated tokens: a preempted request must recompute
     all of them, so its remaining prefill work is ``num_tokens - computed_tokens``.
+
+    ``deadline`` is the wall-clock time after which a policy that assigns deadlines
+    (``OrderingPolicy.uses_deadlines``) serves the request before any that is not overdue;
+    infinite for every other policy.
     """
 
     request_id: str
@@ -30,6 +35,7 @@ class RequestView:
     output_tokens: int = 0
     max_tokens: int | None = None
     priority: int = 0
+    deadline: float = math.inf
 
     @property
     def num_tokens(self) -> int:
@@ -44,8 +50,8 @@ SortKey = tuple[float, float, str]
 """A total order: policy value, then arrival time, then request id (smaller first)."""
 
 Rank = tuple
-"""What the plan sorts by at one instant: a :data:`SortKey`, or for a policy that guards
-the tail ``(lane, ...)`` with overdue requests in lane 0 (see ``OrderingPolicy.ranker``)."""
+"""What the plan sorts by at one instant: a :data:`SortKey`, or for a policy with
+deadlines ``(lane, ...)`` with overdue requests in lane 0 (see ``OrderingPolicy.ranker``)."""
 
 
 class OrderingPolicy(ABC):
@@ -70,10 +76,9 @@ class OrderingPolicy(ABC):
     follows_vllm_order = False
     """True for arrival order: vLLM's own loop already serves it, so the adapter neither
     reorders the running list nor plans caps (an exact control arm against stock vLLM)."""
-    guards_tail = False
-    """True when requests that have waited too long (arrived before
-    :meth:`overdue_cutoff`) outrank every other request, in arrival order (see
-    :meth:`ranker`)."""
+    uses_deadlines = False
+    """True when :meth:`deadline` gives each arriving request a time after which it
+    outranks every request that is not yet overdue (see :meth:`ranker`)."""
 
     @abstractmethod
     def value(self, view: RequestView) -> float:
@@ -83,30 +88,33 @@ class OrderingPolicy(ABC):
         """The value with the documented tie-breaks: arrival time, then request id."""
         return (self.value(view), view.arrival_time, view.request_id)
 
-    def ranker(self, cutoff: float) -> Callable[[RequestView], Rank]:
-        """The order in a step whose :meth:`overdue_cutoff` is ``cutoff``: the key itself,
-        unless the policy guards the tail; then requests that arrived at or before the
-        cutoff come first, in arrival order, and the rest follow in key order. Both lanes
-        are static orders, so queues keep one heap per lane instead of re-keying."""
-        if not self.guards_tail:
+    def ranker(self, now: float) -> Callable[[RequestView], Rank]:
+        """The order at wall-clock time ``now``: the key itself, unless the policy assigns
+        deadlines; then overdue requests come first, earliest deadline first, and the
+        rest follow in key order. A request's lane changes only once (when its deadline
+        passes), so queues can keep one heap per lane instead of re-keying."""
+        if not self.uses_deadlines:
             return self.key
         key = self.key
 
         def rank(view: RequestView) -> Rank:
-            if view.arrival_time <= cutoff:
-                return (0, view.arrival_time, view.request_id)
+            if view.deadline <= now:
+                return (0, view.deadline, view.arrival_time, view.request_id)
             return (1, *key(view))
 
         return rank
 
-    def overdue_cutoff(self, now: float, backlog_tokens: int) -> float:
-        """The arrival time at or before which a request is overdue, at wall-clock ``now``
-        with ``backlog_tokens`` of prefill work queued (only when ``guards_tail``)."""
-        raise NotImplementedError(f"{self.name} does not guard the tail")
+    def deadline(self, arrival_time: float, backlog_tokens: int) -> float:
+        """The deadline of a request arriving with ``backlog_tokens`` of prefill work
+        queued ahead of it (only called when ``uses_deadlines``)."""
+        raise NotImplementedError(f"{self.name} assigns no deadlines")
+
+    def observe_backlog(self, now: float, backlog_tokens: int) -> None:
+        """The prefill work queued at the start of a step (only when ``uses_deadlines``)."""
 
     def observe_step(self, prefill_tokens: int, step_time_s: float | None,
                      saturated: bool) -> None:
-        """A step came back (only called when ``guards_tail``): its prefill tokens,
+        """A step came back (only called when ``uses_deadlines``): its prefill tokens,
         measured time, and whether prefill work was queued behind it."""
 
     def describe(self) -> str:

@@ -33,13 +33,13 @@ def plan_prefill_caps(
     free_kv_tokens: int,
     full_sequence_must_fit: bool = True,
     rule: ChunkRule | None = None,
-    cutoff: float = float("-inf"),
+    now: float = 0.0,
 ) -> dict[str, int]:
     """Token caps for the prefill candidates the residual budget reaches.
 
     Args:
-        policy: the ordering; ``waiting_in_order`` must already follow its order in
-            this step (``policy.ranker(cutoff)``).
+        policy: the ordering; ``waiting_in_order`` must already follow its order at
+            ``now`` (``policy.ranker(now)``).
         running_prefills: running requests with prefill work left (any order).
         waiting_in_order: waiting requests, best first; consumed lazily and only as far
             as needed, so a long queue costs nothing beyond the requests that get budget.
@@ -59,8 +59,8 @@ def plan_prefill_caps(
             the plan did not cap, and the first waiting candidate that gets 0 ends
             admissions for the step, as vLLM's waiting loop stops at a request it
             cannot schedule.
-        cutoff: the step's overdue cutoff (it matters only to a policy that guards the
-            tail: requests that arrived at or before it come first).
+        now: the wall-clock time the order is taken at (it matters only to a policy with
+            deadlines).
 
     Returns:
         ``{request_id: cap}`` for every running prefill (0 means "not this step") and,
@@ -69,7 +69,7 @@ def plan_prefill_caps(
         the plan kept free reaches them, and any budget a planned step could not use (a
         failed allocation, a prefix-cache hit) still goes to work.
     """
-    rank = policy.ranker(cutoff)
+    rank = policy.ranker(now)
     running = sorted((rank(view), view) for view in running_prefills)
     caps = {view.request_id: 0 for _key, view in running}
     left = max(token_budget - decode_tokens, 0)
