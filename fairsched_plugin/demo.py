@@ -1,4 +1,4 @@
-"""The main job until the benchmark replaces it: serve the tiny model with Aging.
+"""``fairsched demo``: serve the tiny model with the default policy and query it.
 
 Builds the tiny model (once), starts a real vLLM OpenAI server with
 ``--scheduler-cls fairsched_plugin.FairScheduler``, sends a handful of ShareGPT prompts
@@ -22,7 +22,7 @@ ACTIVE_MARKER = "fairsched: scheduler"
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
-    demo = subparsers.add_parser("demo", help="serve the tiny model with Aging and query it")
+    demo = subparsers.add_parser("demo", help="serve the tiny model with the default policy and query it")
     demo.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR)
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="log directory")
     demo.add_argument("--requests", type=int, default=8)
@@ -47,7 +47,6 @@ def main(args: argparse.Namespace) -> int:
     prompts = sharegpt_prompts(args.requests)
     engine_args = [
         "--scheduler-cls", "fairsched_plugin.FairScheduler",
-        "--additional-config", '{"fairsched": {"policy": "aging"}}',
         "--max-model-len", "4096",
         "--max-num-batched-tokens", "256",
         "--dtype", "float32",
