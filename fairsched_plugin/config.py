@@ -60,8 +60,8 @@ class GuardedSRPFConfig:
     ``slack`` times the larger of its FCFS wait and the largest FCFS wait of the last
     ``window_s`` seconds; overdue requests outrank the rest."""
 
-    slack: float = 1.0
-    window_s: float = 30.0
+    slack: float = 1.25
+    window_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def test_defaults():
     assert config == FairschedConfig(policy="guarded-srpf",
                                      aging=AgingConfig(alpha="auto", beta=-1.0))
     assert config.policy == "guarded-srpf"
-    assert config.guarded_srpf.slack == 1.0
+    assert (config.guarded_srpf.slack, config.guarded_srpf.window_s) == (1.25, 0.0)
     assert config.decodes_first is False
     assert config.aging.alpha == "auto"
     assert config.aging.beta == -1.0

@@ -60,7 +60,7 @@ def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path
     # sync variant; on a GPU the same name stays async.
     assert re.search(
         r"fairsched: scheduler Fair(Sync)?Scheduler active with policy "
-        r"guarded-srpf\(slack=1.5 x the FCFS wait, window 30 s",
+        r"guarded-srpf\(slack=1.5 x the FCFS wait, window 0 s",
         log,
     )
     assert "is the async variant" not in log
