@@ -185,3 +185,20 @@ def test_holds_back_exactly_when_no_proposal_could_get_through():
         assert decide(proposed, 192, 1000, apc.active, apc.cap, 16)[0] == 0
     apc.deferred["b"] = 2  # due to be forced: it must be asked
     assert not apc.holds_back("b")
+
+
+def test_would_choose_is_choose_for_a_given_batch_without_recording():
+    apc = ActivePrefillControl(max_active=2, min_chunk=16, max_deferred_steps=2)
+    apc.begin_step(max_seqs=64, num_decodes=0, token_budget=256, committed=0)
+    apc.deferred["late"] = 2  # due to be forced
+    cases = [("a", 64, 200, 500), ("b", 8, 200, 500), ("late", 64, 200, 500)]
+    for active in (0, 1, 2):
+        for request_id, proposed, bound, remaining in cases:
+            snapshot = (dict(apc.deferred), dict(apc.counts), apc.active)
+            assumed = apc.would_choose(request_id, proposed, bound, remaining, active)
+            assert apc.holds_back(request_id, active) == (
+                active >= 2 and request_id != "late")
+            assert (dict(apc.deferred), dict(apc.counts), apc.active) == snapshot
+            real = ActivePrefillControl(2, 16, 2, cap=apc.cap, active=active,
+                                        deferred=dict(apc.deferred))
+            assert real.choose(request_id, proposed, bound, remaining) == assumed
