@@ -28,6 +28,7 @@ from ..policies import RequestView
 from ..policies.alignment import align_chunk
 from ..policies.apc import ActivePrefillControl
 from ..policies.lprs import LPRSParams, PredictionError, select_chunk
+from ..policies.plan import CandidateWalk
 from ..predictor.features import BatchStats, MemoryState, candidate_rows, feature_matrix, raw_vector
 from ..predictor.memory import MemoryProvider
 from ..predictor.runtime import LatencyPredictor
@@ -81,7 +82,7 @@ class LatencyChunkRule:
         if self.apc is not None:
             self.apc.begin_step(max_seqs, len(decodes), token_budget, self._committed)
 
-    def choose(self, view: RequestView, bound: int) -> int:
+    def choose(self, view: RequestView, bound: int, walk: CandidateWalk) -> int:
         if self.apc is not None and self.apc.holds_back(view.request_id):
             proposed = bound  # APC's cap is reached: no prediction can change the outcome
         else:
