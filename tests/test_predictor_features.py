@@ -14,7 +14,6 @@ from fairsched_plugin.predictor.features import (
     MemoryState,
     StepRows,
     batch_row,
-    candidate_rows,
     feature_matrix,
     raw_vector,
 )
@@ -97,25 +96,6 @@ def test_large_interactions_are_computed_exactly_enough():
 def test_feature_matrix_rejects_rows_that_are_not_11_raw_features():
     with pytest.raises(ValueError, match=r"11 raw features.*shape \(3, 16\)"):
         feature_matrix(np.zeros((3, 16)))
-
-
-def test_candidate_rows_equal_the_batch_with_one_more_prefill_per_chunk():
-    stats = _batch()
-    chunks = np.array([1, 32, 64, 100])
-    rows = candidate_rows(stats, MEMORY, chunks, processed=500)
-    expected = []
-    for chunk in chunks.tolist():
-        grown = _batch()
-        grown.add_prefill(chunk, processed=500)
-        expected.append(raw_vector(grown, MEMORY))
-    np.testing.assert_array_equal(rows, feature_matrix(np.stack(expected)))
-    assert stats == _batch()  # the committed batch is not changed
-
-
-def test_candidate_rows_keep_a_larger_processed_maximum():
-    rows = candidate_rows(_batch(), MEMORY, np.array([8]), processed=5)
-    assert rows[0, FEATURE_NAMES.index("max_prefill_processed_tokens")] == 128
-    assert rows[0, FEATURE_NAMES.index("prefill_processed_tokens")] == 133
 
 
 def _copy(stats: BatchStats) -> BatchStats:

@@ -29,7 +29,7 @@ decode_tokens * avg_decode_ctx; ``prefill_interaction`` = prefill_tokens *
 prefill_processed_tokens. Note that Table 2 divides by decode *tokens*, not decode
 requests; with speculation the two differ, and the definition is kept as the paper has it.
 
-Only numpy is imported: the scheduler calls :func:`raw_vector` and :func:`candidate_rows`
+Only numpy is imported: the scheduler calls :func:`raw_vector` and :class:`StepRows`
 every step.
 """
 
@@ -182,33 +182,6 @@ def batch_row(stats: BatchStats, memory: MemoryState) -> np.ndarray:
     out[:NUM_RAW] = raw
     out[NUM_RAW:] = (1.0, decode + prefill, avg_ctx, decode * avg_ctx,
                      prefill * float(raw[_PROCESSED]))
-    return out
-
-
-def candidate_rows(
-    stats: BatchStats, memory: MemoryState, chunks: np.ndarray, processed: int
-) -> np.ndarray:
-    """The 16-feature rows of the batch ``stats`` describes plus one more prefill request
-    with ``processed`` prompt tokens already computed, one row per chunk size in
-    ``chunks``: what LPRS scores in one predictor call.
-
-    Equal to ``feature_matrix`` of the grown batches' raw vectors, computed directly: only
-    the prefill columns vary between rows, and this runs for every candidate every step.
-    """
-    base = raw_vector(stats, memory)
-    base[_COUNT] += 1
-    base[_PROCESSED] += processed
-    base[_MAX_PROCESSED] = max(base[_MAX_PROCESSED], processed)
-    decode = float(base[_DECODE])
-    avg_ctx = float(base[_SUM_CTX]) / max(decode, 1.0)
-    out = np.empty((len(chunks), NUM_FEATURES), dtype=np.float32)
-    out[:, :NUM_RAW] = base
-    out[:, NUM_RAW:] = (1.0, decode, avg_ctx, decode * avg_ctx, 0.0)
-    prefill = out[:, _PREFILL]
-    prefill += chunks
-    out[:, NUM_RAW + 1] += prefill
-    # float32 products of float32 integers round once, like feature_matrix's float64 cast.
-    np.multiply(prefill, base[_PROCESSED], out=out[:, NUM_RAW + 4])
     return out
 
 
