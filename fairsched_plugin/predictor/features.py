@@ -170,6 +170,13 @@ def feature_matrix(raw: np.ndarray) -> np.ndarray:
     return out
 
 
+def feature_ranges(rows: np.ndarray) -> dict[str, list[float]]:
+    """``{feature: [minimum, maximum]}`` over 16-feature ``rows`` (a training split): what
+    a model records so that serving can clamp inputs into what it was trained on."""
+    low, high = rows.min(axis=0), rows.max(axis=0)
+    return {name: [float(low[i]), float(high[i])] for i, name in enumerate(FEATURE_NAMES)}
+
+
 def batch_row(stats: BatchStats, memory: MemoryState) -> np.ndarray:
     """All 16 features of one batch, shape (16,): ``feature_matrix`` of its raw vector,
     computed with Python floats, a few times faster than numpy's per-column calls for the

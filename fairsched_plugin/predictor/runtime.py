@@ -11,12 +11,22 @@ start, is logged on ``vllm.fairsched`` and the model runs on CPU.
 At load the model's ``fairsched`` metadata is checked against this code's feature
 definition (``model_format``); a missing, corrupt or mismatched file raises
 :class:`PredictorError` naming the file and the problem, so a bad model stops start-up.
+
+**Inputs are clamped into the training range.** A model whose metadata records
+``feature_ranges`` (the minimum and maximum of each feature over its training split) gets
+every input clamped into them before ONNX Runtime sees it. An MLP extrapolates wildly
+outside what it saw: a model trained on another engine, GPU, model or vLLM version can see
+memory features far outside its profile and predict nonsense (or negative) times for every
+batch, which would drive LPRS to one-token chunks. Clamped, an out-of-range feature reads
+as the nearest value the model was trained on. ``outside_range`` names the features of a
+row that were clamped, for the trace. A model without ranges is served unclamped.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -84,6 +94,13 @@ class LatencyPredictor:
         self.provider = session.get_providers()[0]
         self._session = session
         self._pad = self.provider == EXECUTION_PROVIDERS["cann"]
+        ranges = metadata.get("feature_ranges")
+        self.feature_low: np.ndarray | None = None
+        """Each feature's training minimum (None: the model records no ranges)."""
+        self.feature_high: np.ndarray | None = None
+        if ranges is not None:
+            self.feature_low = np.array([ranges[n][0] for n in FEATURE_NAMES], np.float32)
+            self.feature_high = np.array([ranges[n][1] for n in FEATURE_NAMES], np.float32)
 
     @classmethod
     def load(
@@ -140,16 +157,28 @@ class LatencyPredictor:
         )
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
-        """Predicted latency in ms, shape (n,), for ``rows`` of the 16 features (n, 16)."""
+        """Predicted latency in ms, shape (n,), for ``rows`` of the 16 features (n, 16),
+        each feature clamped into the training range when the model records one."""
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         if rows.ndim != 2 or rows.shape[1] != NUM_FEATURES:
             raise ValueError(f"predict needs rows of {NUM_FEATURES} features, got shape "
                              f"{rows.shape}")
+        if self.feature_low is not None:
+            rows = np.minimum(np.maximum(rows, self.feature_low), self.feature_high)
         n = rows.shape[0]
         if self._pad:
             rows = np.concatenate([rows, np.zeros((padded_batch(n) - n, NUM_FEATURES),
                                                   np.float32)])
         return self._session.run([OUTPUT_NAME], {INPUT_NAME: rows})[0].reshape(-1)[:n]
+
+
+    def outside_range(self, row: np.ndarray) -> list[str]:
+        """The features of one 16-feature ``row`` outside the training range, which
+        :meth:`predict` clamps (none without recorded ranges)."""
+        if self.feature_low is None:
+            return []
+        outside = (row < self.feature_low) | (row > self.feature_high)
+        return [FEATURE_NAMES[i] for i in np.flatnonzero(outside)]
 
 
 def padded_batch(n: int) -> int:
@@ -245,6 +274,12 @@ def _checked_metadata(session: ort.InferenceSession, path: Path) -> dict[str, An
         raise PredictorError(f"latency model {path}: {_feature_difference(names)}")
     if not isinstance(metadata.get("memory_provider"), str):
         raise PredictorError(f"latency model {path}: metadata names no memory_provider")
+    ranges = metadata.get("feature_ranges")
+    if ranges is not None and not _valid_ranges(ranges):
+        raise PredictorError(
+            f"latency model {path}: metadata feature_ranges must map each of the "
+            f"{NUM_FEATURES} features to [minimum, maximum], finite, minimum <= maximum"
+        )
     inputs, outputs = session.get_inputs(), session.get_outputs()
     if (
         [i.name for i in inputs] != [INPUT_NAME]
@@ -259,6 +294,18 @@ def _checked_metadata(session: ort.InferenceSession, path: Path) -> dict[str, An
             f"{', '.join(o.name for o in outputs)}"
         )
     return metadata
+
+
+def _valid_ranges(ranges: Any) -> bool:
+    if not isinstance(ranges, dict) or set(ranges) != set(FEATURE_NAMES):
+        return False
+    for bounds in ranges.values():
+        if not (isinstance(bounds, list) and len(bounds) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                        and math.isfinite(v) for v in bounds)
+                and bounds[0] <= bounds[1]):
+            return False
+    return True
 
 
 def _feature_difference(names: Any) -> str:
