@@ -27,6 +27,13 @@ Beyond the paper, predictions carry a running bias: each step that returns moves
 actually dispatched. An offline model is off for batch shapes its profile rarely saw (many
 one-token chunks, for one) and when the host's speed drifts; the bias follows both.
 ``lprs.correction: 0`` gives the paper's uncorrected predictor.
+
+Also beyond the paper, LPRS never strangles the engine with a predictor that does not fit
+it: the predictor clamps inputs into the model's training range (``predictor.runtime``),
+and a guard (``policies.lprs_guard``, ``lprs.guard_*``) watches predicted against measured
+step times and falls back to the token-budget rule, with one warning, while they disagree;
+the dispatched batch is still predicted then, and LPRS resumes, with one info line, once
+they agree again.
 """
 
 from __future__ import annotations
@@ -42,8 +49,9 @@ from ..policies import RequestView
 from ..policies.alignment import align_chunk
 from ..policies.apc import ActivePrefillControl
 from ..policies.lprs import LPRSParams, PredictionError, candidate_chunks, select_chunk
+from ..policies.lprs_guard import GuardParams, PredictionGuard
 from ..policies.plan import CandidateWalk
-from ..predictor.features import BatchStats, StepRows, batch_row
+from ..predictor.features import FEATURE_NAMES, BatchStats, StepRows, batch_row
 from ..predictor.memory import MemoryProvider
 from ..predictor.runtime import LatencyPredictor
 
@@ -109,6 +117,13 @@ class LatencyChunkRule:
         self.fallbacks = 0
         self.correction = lprs.correction
         self.bias_ms = 0.0
+        self.guard = (
+            PredictionGuard(GuardParams(lprs.guard_window, lprs.guard_max_error,
+                                        lprs.guard_recover_error, lprs.guard_min_fill),
+                            lprs.target_ms)
+            if lprs.enabled and lprs.guard_window > 0 else None
+        )
+        self.clamped_steps = 0
         self._batch = BatchStats()
         self._rows: StepRows | None = None
         self._committed = 0
@@ -169,8 +184,10 @@ class LatencyChunkRule:
         return aligned if aligned > 0 or committed > 0 else proposed
 
     def _propose(self, view: RequestView, bound: int, walk: CandidateWalk) -> int:
-        """LPRS's chunk, or the token-budget rule's ``bound`` when LPRS is off or failed."""
-        if self.params is None or self._fell_back or bound < 1:
+        """LPRS's chunk, or the token-budget rule's ``bound`` when LPRS is off, failed in
+        this step or its guard has fallen back."""
+        if (self.params is None or self._fell_back or bound < 1
+                or (self.guard is not None and self.guard.fallen_back)):
             return bound
         speculation = self._speculation
         if speculation is None or len(speculation.chunk_sets[speculation.cursor]) == 0:
@@ -260,26 +277,65 @@ class LatencyChunkRule:
                 "later fallbacks are counted in the trace, not logged", exc,
             )
 
-    def predict_batch(self, batch: BatchStats) -> float:
-        """The model's time (ms) for a batch as dispatched, without the bias; NaN without
-        LPRS or on failure."""
-        if self.params is None or self.predictor is None or self.memory is None:
-            return math.nan
+    def dispatched(self, batch: BatchStats) -> dict[str, Any]:
+        """Trace fields of a batch as dispatched (LPRS on): the model's time for it without
+        the bias (``lprs_model_ms``; NaN when the predictor fails), with it
+        (``lprs_predicted_ms``), and the features the predictor clamped into its training
+        range (``lprs_clamped``). Predicted also while the guard has fallen back, so that
+        it can see the model agree again. The first clamped batch is logged."""
+        assert self.predictor is not None and self.memory is not None
         try:
-            rows = batch_row(batch, self.memory.read())[None, :]
-            value = float(self.predictor.predict(rows)[0])
+            row = batch_row(batch, self.memory.read())
+            model_ms = float(self.predictor.predict(row[None, :])[0])
         except Exception:  # the trace field is informative only; the step already ran
-            return math.nan
-        return value
+            return {"lprs_model_ms": math.nan, "lprs_predicted_ms": math.nan,
+                    "lprs_clamped": []}
+        clamped = self.predictor.outside_range(row)
+        if clamped:
+            self.clamped_steps += 1
+            if self.clamped_steps == 1:
+                low, high = self.predictor.feature_low, self.predictor.feature_high
+                assert low is not None and high is not None
+                detail = ", ".join(
+                    f"{name} {row[i]:g} (trained on {low[i]:g}..{high[i]:g})"
+                    for name in clamped for i in [FEATURE_NAMES.index(name)]
+                )
+                logger.warning(
+                    "fairsched: a dispatched batch lies outside the latency model's training "
+                    "range: %s; the predictor clamps such features into the range (a model "
+                    "trained on another engine?); later ones are counted in the trace "
+                    "(lprs_clamped)", detail,
+                )
+        return {"lprs_model_ms": model_ms, "lprs_predicted_ms": model_ms + self.bias_ms,
+                "lprs_clamped": clamped}
+
+    @property
+    def observes_steps(self) -> bool:
+        """Whether :meth:`observe_step` must see every step (the bias or the guard)."""
+        return self.params is not None and (self.correction > 0 or self.guard is not None)
 
     def observe_step(self, record: dict[str, Any]) -> None:
-        """Step listener: move the bias towards this step's measured - predicted time."""
+        """Step listener: move the bias towards this step's measured - predicted time, and
+        let the guard judge the prediction (logging when LPRS falls back or recovers)."""
         predicted = record.get("lprs_model_ms")
         if predicted is None or not math.isfinite(predicted) or record.get("step_time_s") is None:
             return
-        gap = record["step_time_s"] * 1000.0 - predicted
+        measured_ms = record["step_time_s"] * 1000.0
+        gap = measured_ms - predicted
         limit = self.params.target_ms if self.params is not None else abs(gap)
         self.bias_ms += self.correction * (max(-limit, min(gap, limit)) - self.bias_ms)
+        if self.guard is None:
+            return
+        change = self.guard.observe(record["lprs_predicted_ms"], measured_ms,
+                                    record.get("lprs_cut", False))
+        if change is None:
+            return
+        if self.guard.fallen_back:
+            logger.warning("fairsched: LPRS falls back to the token-budget rule: %s. The "
+                           "latency model does not fit this engine (retrain it here); "
+                           "LPRS resumes when its predictions agree again", change)
+        else:
+            logger.info("fairsched: LPRS resumes: %s", change)
 
     def step_record(self) -> dict[str, Any]:
         """What this step's plan did, for the trace."""
@@ -291,6 +347,8 @@ class LatencyChunkRule:
             record["lprs_calls"] = self._calls
             record["lprs_rows"] = self._rows_predicted
             record["lprs_fallback"] = self._fell_back
+            record["lprs_cut"] = self._target_binds
+            record["lprs_guard"] = self.guard is not None and self.guard.fallen_back
         if self.apc is not None:
             record["apc_cap"] = self.apc.cap
             record["apc"] = dict(self.apc.counts)
