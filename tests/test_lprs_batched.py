@@ -241,6 +241,16 @@ def test_two_calls_when_the_target_binds_at_the_first_candidate(linear):
     assert record["lprs_rows"] == record["lprs_candidates"]  # no row was wasted
 
 
+def test_a_step_like_the_last_one_needs_one_call(linear):
+    """The look ahead assumes each request's proposal repeats where the target cut it in
+    the step before: under steady load, one call."""
+    rule, views = _rule(linear, 33.0), _views(8)
+    assert _step(rule, views)[1]["lprs_calls"] == 2
+    caps, record = _step(rule, views)
+    assert caps == {"r0": 192, **{f"r{i}": 1 for i in range(1, 8)}}
+    assert record["lprs_calls"] == 1
+
+
 def test_two_calls_when_apc_holds_the_rest_back(linear):
     # The same with APC: the later candidates propose 1 < L_min and are held back.
     apc = APCConfig(enabled=True, max_active_prefills=8, min_chunk=16)

@@ -97,7 +97,8 @@ def test_the_budget_always_holds_and_everything_finishes(config_only_model, mode
     run_workload(engine, pending, budget=BUDGET)
     finished = {rid for record in engine.steps for rid, tokens in record.sampled.items() if tokens}
     assert finished == ids
-    assert not engine.scheduler._chunk_rule.apc.deferred  # no streak left behind
+    rule = engine.scheduler._chunk_rule
+    assert not rule.apc.deferred and not rule._cut_to  # nothing left behind per request
 
 
 def test_nonsense_predictions_fall_back_to_the_budget_rule_and_log_once(

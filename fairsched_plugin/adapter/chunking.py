@@ -10,9 +10,10 @@ rule; it is counted, and logged the first time.
 **One batched predictor call per step, in the common case.** Algorithm 1 scores the
 candidates one after another, each against the batch the ones before it built, and an
 ONNX Runtime call costs tens of microseconds however few its rows. So the rule speculates:
-it lists the upcoming candidates (``CandidateWalk.upcoming``) assuming that each takes what
-LPRS proposes when the target does not bind, its bound ``h`` (the token-budget rule), or,
-once the target has bound in this step, LPRS's smallest candidate, 1; alignment and APC
+it lists the upcoming candidates (``CandidateWalk.upcoming``) assuming that LPRS proposes
+for each what it proposed in the last step that scored it if the target cut that proposal
+below the bound (steady load repeats itself), else its bound ``h`` (the token-budget rule),
+and, once the target has bound in this step, its smallest candidate, 1; alignment and APC
 decide on that assumed proposal as they would. It builds every listed candidate's rows
 against the batch those assumptions build and scores all of them in one call. Walking on,
 a candidate's predictions are exact as long as every candidate before it took the chunk
@@ -129,6 +130,9 @@ class LatencyChunkRule:
         self._committed = 0
         self._fell_back = False
         self._target_binds = False
+        self._cut_to: dict[str, int] = {}
+        """Each request's LPRS proposal in the last step that scored it, where the target
+        cut it below its bound: what a look ahead assumes it proposes again."""
         self._speculation: _Speculation | None = None
         self._candidates = 0
         self._calls = 0
@@ -212,6 +216,9 @@ class LatencyChunkRule:
         self._candidates += choice.candidates
         if choice.chunk < bound:
             self._target_binds = True
+            self._cut_to[view.request_id] = choice.chunk
+        else:
+            self._cut_to.pop(view.request_id, None)
         return choice.chunk
 
     def _speculate(self, walk: CandidateWalk) -> _Speculation:
@@ -221,6 +228,7 @@ class LatencyChunkRule:
         granularity = self.params.granularity
         apc, align = self.apc, self.align
         small = self._target_binds
+        cut_to = self._cut_to
         speculation = _Speculation()
         candidates: list[tuple[int, int, np.ndarray]] = []
         state = [self._committed, apc.active if apc is not None else 0, 0]  # committed, active, rows
@@ -235,7 +243,7 @@ class LatencyChunkRule:
                 if rows and rows + len(chunks) > MAX_ROWS_PER_CALL:
                     return None
                 state[2] = rows + len(chunks)
-                proposed = 1 if small else bound
+                proposed = 1 if small else min(cut_to.get(request_id, bound), bound)
             remaining = view.remaining_prefill
             if align:
                 proposed = self._aligned(view.computed_tokens, proposed, remaining, committed)
@@ -355,5 +363,6 @@ class LatencyChunkRule:
         return record
 
     def forget(self, request_id: str) -> None:
+        self._cut_to.pop(request_id, None)
         if self.apc is not None:
             self.apc.forget(request_id)
