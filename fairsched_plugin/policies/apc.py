@@ -21,6 +21,9 @@ class Outcome(str, Enum):
     FORCED = "forced"
 
 
+_NO_COUNTS = {o.value: 0 for o in Outcome}
+
+
 def activity_cap(
     max_active: int, max_seqs: int, num_decodes: int, token_budget: int, committed: int,
     min_chunk: int,
@@ -59,14 +62,14 @@ class ActivePrefillControl:
     cap: int = 0
     active: int = 0
     deferred: dict[str, int] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
+    counts: dict[str, int] = field(default_factory=lambda: dict(_NO_COUNTS))
 
     def begin_step(self, max_seqs: int, num_decodes: int, token_budget: int,
                    committed: int) -> None:
         self.cap = activity_cap(self.max_active, max_seqs, num_decodes, token_budget,
                                 committed, self.min_chunk)
         self.active = 0
-        self.counts = {o.value: 0 for o in Outcome}
+        self.counts = dict(_NO_COUNTS)
 
     def holds_back(self, request_id: str, active: int | None = None) -> bool:
         """True when this prefill gets 0 whatever chunk is proposed (the batch already has

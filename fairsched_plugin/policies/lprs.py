@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,8 +39,10 @@ class LPRSParams:
                              f"{self.underfill_penalty} and {self.overflow_penalty}")
 
 
-@dataclass(frozen=True)
-class ChunkChoice:
+class ChunkChoice(NamedTuple):
+    """A named tuple rather than a frozen dataclass: one is built per scored candidate
+    every step, and a frozen dataclass costs several times as much to construct."""
+
     chunk: int
     predicted_ms: float
     """The prediction for the chosen chunk (NaN when nothing was scored)."""
@@ -86,7 +89,8 @@ def select_chunk(chunks: np.ndarray, predicted: np.ndarray, params: LPRSParams) 
     # A few dozen candidates: plain Python is faster here than numpy's per-call overhead,
     # and Eq. 10 is inlined because a function call per candidate is a noticeable share.
     best, best_score = -1, math.inf
-    for i, predicted_ms in enumerate(predicted.tolist()):
+    values = predicted.tolist()
+    for i, predicted_ms in enumerate(values):
         if not 0.0 <= predicted_ms < math.inf:  # NaN fails both comparisons
             raise PredictionError(
                 f"predictor returned {predicted_ms} ms for a chunk of {int(chunks[i])} tokens"
@@ -96,4 +100,4 @@ def select_chunk(chunks: np.ndarray, predicted: np.ndarray, params: LPRSParams) 
         value = -gap * underfill if gap <= 0 else gap * overflow
         if value <= best_score:  # ascending chunks: a tie goes to the larger one
             best, best_score = i, value
-    return ChunkChoice(int(chunks[best]), float(predicted[best]), len(chunks))
+    return ChunkChoice(int(chunks[best]), values[best], len(values))

@@ -83,9 +83,14 @@ class CandidateWalk:
         return listed
 
     def _next(self, at: _Position) -> tuple[RequestView, int, bool] | None:
-        running = self._running
+        running, pulled = self._running, self._pulled
         while at.left > 0:
-            head = self._waiting_at(at.waiting) if at.admitting else None
+            if not at.admitting:
+                head = None
+            elif at.waiting < len(pulled):
+                head = pulled[at.waiting]
+            else:
+                head = self._pull(at.waiting)
             if head is not None and (at.index == len(running) or head[0] < running[at.index][0]):
                 view = head[1]
                 remaining = view.remaining_prefill
@@ -112,7 +117,8 @@ class CandidateWalk:
         at.left -= chunk
         at.free_kv_tokens -= chunk
 
-    def _waiting_at(self, index: int) -> tuple[SortKey, RequestView] | None:
+    def _pull(self, index: int) -> tuple[SortKey, RequestView] | None:
+        """The waiting request at ``index`` in walk order, pulling up to it."""
         pulled = self._pulled
         while len(pulled) <= index:
             view = next(self._waiting, None)

@@ -1,5 +1,9 @@
 """Serve a latency model with ONNX Runtime: one session, one batched call per step.
 
+Per step, LPRS scores all of its prefill candidates' chunk sizes in one ``predict`` call
+(two when the target binds mid-step; ``adapter/chunking.py``), and one more call of a
+single row predicts the batch as dispatched, for the online bias and the guard.
+
 The execution provider comes from config: ``cpu`` (default), ``cuda`` (``onnxruntime-gpu``)
 or ``cann`` (``onnxruntime-cann``, Ascend). The CPU provider with one thread is the right
 choice almost everywhere: a 16-128-64-32-1 MLP costs tens of microseconds on one core,
@@ -98,9 +102,12 @@ class LatencyPredictor:
         self.feature_low: np.ndarray | None = None
         """Each feature's training minimum (None: the model records no ranges)."""
         self.feature_high: np.ndarray | None = None
+        self._ranges: list[tuple[str, float, float]] | None = None
         if ranges is not None:
             self.feature_low = np.array([ranges[n][0] for n in FEATURE_NAMES], np.float32)
             self.feature_high = np.array([ranges[n][1] for n in FEATURE_NAMES], np.float32)
+            self._ranges = [(name, float(low), float(high)) for name, low, high
+                            in zip(FEATURE_NAMES, self.feature_low, self.feature_high)]
 
     @classmethod
     def load(
@@ -175,10 +182,11 @@ class LatencyPredictor:
     def outside_range(self, row: np.ndarray) -> list[str]:
         """The features of one 16-feature ``row`` outside the training range, which
         :meth:`predict` clamps (none without recorded ranges)."""
-        if self.feature_low is None:
+        if self._ranges is None:
             return []
-        outside = (row < self.feature_low) | (row > self.feature_high)
-        return [FEATURE_NAMES[i] for i in np.flatnonzero(outside)]
+        # Plain Python: one row of 16 is faster compared this way than with numpy calls.
+        return [name for value, (name, low, high) in zip(row.tolist(), self._ranges)
+                if not low <= value <= high]
 
 
 def padded_batch(n: int) -> int:
