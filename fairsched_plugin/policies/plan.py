@@ -56,6 +56,7 @@ class CandidateWalk:
         self._running = running
         self._waiting = waiting
         self._pulled: list[tuple[SortKey, RequestView]] = []
+        self._drained = False
         self._full = full_sequence_must_fit
         self._position = _Position(0, 0, True, left, free_kv_tokens)
 
@@ -85,12 +86,10 @@ class CandidateWalk:
     def _next(self, at: _Position) -> tuple[RequestView, int, bool] | None:
         running, pulled = self._running, self._pulled
         while at.left > 0:
-            if not at.admitting:
-                head = None
-            elif at.waiting < len(pulled):
-                head = pulled[at.waiting]
+            if at.waiting < len(pulled):
+                head = pulled[at.waiting] if at.admitting else None
             else:
-                head = self._pull(at.waiting)
+                head = None if self._drained or not at.admitting else self._pull(at.waiting)
             if head is not None and (at.index == len(running) or head[0] < running[at.index][0]):
                 view = head[1]
                 remaining = view.remaining_prefill
@@ -123,6 +122,7 @@ class CandidateWalk:
         while len(pulled) <= index:
             view = next(self._waiting, None)
             if view is None:
+                self._drained = True
                 return None
             pulled.append((self._policy.key(view), view))
         return pulled[index]
