@@ -59,7 +59,8 @@ def test_scores_are_asymmetric():
 def test_select_hits_the_target_exactly_when_a_candidate_does():
     # 10 ms fixed + 0.25 ms/token: 160 tokens -> 50 ms; 160 = 5 x 32 is a candidate.
     choice = select(256, linear(10, 0.25))
-    assert (choice.chunk, choice.predicted_ms, choice.candidates) == (160, 50.0, 9)
+    assert (choice.chunk, choice.predicted_ms, choice.candidates, choice.index) == (
+        160, 50.0, 9, 5)
 
 
 def test_select_prefers_underfill_to_a_smaller_overflow():

@@ -26,7 +26,12 @@ from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, RequestView, plan
 from fairsched_plugin.policies.alignment import align_chunk  # noqa: E402
 from fairsched_plugin.policies.apc import ActivePrefillControl  # noqa: E402
 from fairsched_plugin.policies.lprs import candidate_chunks  # noqa: E402
-from fairsched_plugin.predictor.features import BatchStats, feature_matrix, raw_vector  # noqa: E402
+from fairsched_plugin.predictor.features import (  # noqa: E402
+    BatchStats,
+    batch_row,
+    feature_matrix,
+    raw_vector,
+)
 from fairsched_plugin.predictor.memory import KvCacheMemory  # noqa: E402
 from fairsched_plugin.predictor.runtime import LatencyPredictor  # noqa: E402
 from linear_onnx import write_linear_model  # noqa: E402
@@ -269,3 +274,38 @@ def test_a_failing_predictor_falls_back_for_the_step(linear, caplog):
     assert caps == {"r0": 512, "r1": 0, "r2": 0}
     assert record["lprs_fallback"] is True and rule.fallbacks == 1
     assert "session closed" in caplog.text
+
+
+class Counting:
+    """A predictor that counts its calls."""
+
+    def __init__(self, predictor):
+        self.predictor, self.calls = predictor, 0
+
+    def predict(self, rows):
+        self.calls += 1
+        return self.predictor.predict(rows)
+
+    def outside_range(self, row):
+        return self.predictor.outside_range(row)
+
+
+def test_the_dispatched_batch_reuses_the_prediction_made_while_planning(linear):
+    """When vLLM dispatches the batch LPRS built, its prediction was made while planning:
+    no second call. Any other batch is predicted on its own."""
+    counting = Counting(linear)
+    rule = _rule(counting, 33.0)
+    rule.bias_ms = 2.0
+    _step(rule, _views(3), decodes=[(100, 1), (50, 1)])
+    planned = rule._batch
+    calls = counting.calls
+    fields = rule.dispatched(planned)
+    assert counting.calls == calls  # reused
+    expected = float(linear.predict(batch_row(planned, rule._memory_state)[None, :])[0])
+    # With the 2 ms bias, 160 tokens (30.3 ms) beat 192 (35.1 ms); then 1 token each.
+    assert fields["lprs_model_ms"] == expected == pytest.approx(4.0 + 0.15 * (2 + 160 + 1 + 1))
+    assert fields["lprs_predicted_ms"] == expected + 2.0
+    other = BatchStats(**{f: getattr(planned, f) for f in BatchStats.__slots__})
+    other.add_decode(10)
+    assert rule.dispatched(other)["lprs_model_ms"] == pytest.approx(expected + 0.15)
+    assert counting.calls == calls + 1

@@ -52,7 +52,7 @@ from ..policies.apc import ActivePrefillControl
 from ..policies.lprs import LPRSParams, PredictionError, candidate_chunks, select_chunk
 from ..policies.lprs_guard import GuardParams, PredictionGuard
 from ..policies.plan import CandidateWalk
-from ..predictor.features import FEATURE_NAMES, BatchStats, StepRows, batch_row
+from ..predictor.features import FEATURE_NAMES, BatchStats, MemoryState, StepRows, batch_row
 from ..predictor.memory import MemoryProvider
 from ..predictor.runtime import LatencyPredictor
 
@@ -71,7 +71,8 @@ class _Speculation:
     """One predictor call's results for the candidates a look ahead listed, and how far
     the walk has confirmed the assumptions they were built on."""
 
-    __slots__ = ("ids", "bounds", "assumed", "chunk_sets", "starts", "predicted", "cursor")
+    __slots__ = ("ids", "bounds", "assumed", "chunk_sets", "starts", "rows", "model_ms",
+                 "predicted", "cursor")
 
     def __init__(self) -> None:
         self.ids: list[str] = []
@@ -79,8 +80,12 @@ class _Speculation:
         self.assumed: list[int] = []
         self.chunk_sets: list[np.ndarray] = []
         self.starts: list[int] = []
-        """Each candidate's first row in ``predicted``."""
+        """Each candidate's first row in ``rows``."""
+        self.rows: np.ndarray = np.empty((0, 0))
+        self.model_ms: np.ndarray = np.empty(0)
+        """The model's time for each row, without the bias."""
         self.predicted: np.ndarray = np.empty(0)
+        """With the bias, as LPRS scores it."""
         self.cursor = 0
         """The candidate the walk is at; every one before it took its assumed chunk."""
 
@@ -126,7 +131,13 @@ class LatencyChunkRule:
         )
         self.clamped_steps = 0
         self._batch = BatchStats()
+        self._memory_state: MemoryState | None = None
         self._rows: StepRows | None = None
+        self._proposal: tuple[_Speculation, int, int] | None = None
+        """Where LPRS's proposal for the current candidate came from: the speculation,
+        the row and the chunk."""
+        self._batch_row: tuple[_Speculation, int] | None = None
+        """The scored row that is the batch as built so far, if any."""
         self._committed = 0
         self._fell_back = False
         self._target_binds = False
@@ -144,7 +155,9 @@ class LatencyChunkRule:
         for context_len, tokens in decodes:
             self._batch.add_decode(context_len, tokens)
         self._committed = self._batch.decode_tokens
-        self._rows = None  # built, with the memory state, when a prediction is first needed
+        self._memory_state = self.memory.read() if self.params is not None else None
+        self._rows = None  # built when a prediction is first needed
+        self._batch_row = None
         self._fell_back = False
         self._target_binds = False
         self._speculation = None
@@ -161,6 +174,7 @@ class LatencyChunkRule:
             speculation = self._speculation = None
         apc = self.apc
         remaining = view.remaining_prefill
+        self._proposal = None
         if apc is not None and apc.holds_back(request_id):
             proposed = bound  # APC's cap is reached: no prediction can change the outcome
         else:
@@ -173,6 +187,11 @@ class LatencyChunkRule:
         if chunk > 0:
             self._batch.add_prefill(chunk, view.computed_tokens)
             self._committed += chunk
+            proposal = self._proposal
+            self._batch_row = (
+                (proposal[0], proposal[1]) if proposal is not None and proposal[2] == chunk
+                else None
+            )
         speculation = self._speculation
         if speculation is not None:
             cursor = speculation.cursor + 1
@@ -214,6 +233,7 @@ class LatencyChunkRule:
             self._fall_back(exc)
             return bound
         self._candidates += choice.candidates
+        self._proposal = (speculation, start + choice.index, choice.chunk)
         if choice.chunk < bound:
             self._target_binds = True
             self._cut_to[view.request_id] = choice.chunk
@@ -263,14 +283,16 @@ class LatencyChunkRule:
 
         walk.upcoming(assume)
         if self._rows is None:
-            assert self.memory is not None
-            self._rows = StepRows(self._batch, self.memory.read())
+            assert self._memory_state is not None
+            self._rows = StepRows(self._batch, self._memory_state)
         rows = self._rows.rows(self._batch, candidates)
-        predicted = self.predictor.predict(rows) + self.bias_ms
-        if predicted.shape != (len(rows),):
-            raise PredictionError(f"predictor returned shape {predicted.shape} for "
+        model_ms = self.predictor.predict(rows)
+        if model_ms.shape != (len(rows),):
+            raise PredictionError(f"predictor returned shape {model_ms.shape} for "
                                   f"{len(rows)} rows")
-        speculation.predicted = predicted.astype(np.float64)
+        speculation.rows = rows
+        speculation.model_ms = model_ms
+        speculation.predicted = (model_ms + self.bias_ms).astype(np.float64)
         self._calls += 1
         self._rows_predicted += len(rows)
         return speculation
@@ -290,11 +312,21 @@ class LatencyChunkRule:
         the bias (``lprs_model_ms``; NaN when the predictor fails), with it
         (``lprs_predicted_ms``), and the features the predictor clamped into its training
         range (``lprs_clamped``). Predicted also while the guard has fallen back, so that
-        it can see the model agree again. The first clamped batch is logged."""
-        assert self.predictor is not None and self.memory is not None
+        it can see the model agree again. The first clamped batch is logged.
+
+        The batch is predicted with the memory state the step was planned with, as LPRS
+        predicted its candidates: the bias corrects those predictions. When the batch is
+        the one LPRS built and scored while planning (its feature row equal bit for bit),
+        that prediction is reused: an ONNX Runtime call after vLLM's own scheduling work
+        runs cold, at about 40 us here, a large share of LPRS's cost per step."""
+        assert self.predictor is not None and self._memory_state is not None
         try:
-            row = batch_row(batch, self.memory.read())
-            model_ms = float(self.predictor.predict(row[None, :])[0])
+            row = batch_row(batch, self._memory_state)
+            scored = self._batch_row
+            if scored is not None and np.array_equal(row, scored[0].rows[scored[1]]):
+                model_ms = float(scored[0].model_ms[scored[1]])
+            else:
+                model_ms = float(self.predictor.predict(row[None, :])[0])
         except Exception:  # the trace field is informative only; the step already ran
             return {"lprs_model_ms": math.nan, "lprs_predicted_ms": math.nan,
                     "lprs_clamped": []}

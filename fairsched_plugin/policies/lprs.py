@@ -47,6 +47,8 @@ class ChunkChoice(NamedTuple):
     predicted_ms: float
     """The prediction for the chosen chunk (NaN when nothing was scored)."""
     candidates: int
+    index: int
+    """The chosen chunk's position in the candidate set (-1 when nothing was scored)."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -79,7 +81,7 @@ def select_chunk(chunks: np.ndarray, predicted: np.ndarray, params: LPRSParams) 
     there are not as many as chunks: the caller falls back to the token-budget rule.
     """
     if len(chunks) == 0:
-        return ChunkChoice(0, math.nan, 0)
+        return ChunkChoice(0, math.nan, 0, -1)
     if len(predicted) != len(chunks):
         raise PredictionError(
             f"predictor returned {len(predicted)} times for {len(chunks)} candidate chunks"
@@ -100,4 +102,4 @@ def select_chunk(chunks: np.ndarray, predicted: np.ndarray, params: LPRSParams) 
         value = -gap * underfill if gap <= 0 else gap * overflow
         if value <= best_score:  # ascending chunks: a tie goes to the larger one
             best, best_score = i, value
-    return ChunkChoice(int(chunks[best]), values[best], len(values))
+    return ChunkChoice(int(chunks[best]), values[best], len(values), best)
