@@ -3,7 +3,8 @@
 Per call: ``LatencyPredictor.predict`` (one ``session.run``) on CPU with one thread for 1,
 16, 64 and 256 feature rows, each call timed on its own after a warm-up; mean, P50 and P99
 in microseconds. Target: P99 under 100 us at 64 rows (what LPRS scores in one step). Beside
-it, ``candidate_rows`` (building the rows LPRS scores) for the same sizes.
+it, ``StepRows.rows`` (building the rows LPRS scores, one candidate's chunk sizes) for the
+same sizes.
 
 Training: with ``--profile``, data preparation and ``train_model`` on that profile with one
 torch thread, reported as wall time, epochs run and time per epoch.
@@ -28,7 +29,7 @@ import torch
 
 from fairsched_plugin.predictor.dataset import DatasetConfig, Split, prepare
 from fairsched_plugin.predictor.export import export_onnx, model_metadata
-from fairsched_plugin.predictor.features import BatchStats, MemoryState, candidate_rows
+from fairsched_plugin.predictor.features import BatchStats, MemoryState, StepRows
 from fairsched_plugin.predictor.profiling import read_profile
 from fairsched_plugin.predictor.runtime import LatencyPredictor
 from fairsched_plugin.predictor.train import TrainConfig, build_model, train_model
@@ -81,13 +82,15 @@ def benchmark_inference(model: Path, calls: int, warmup: int) -> None:
     memory = MemoryState(500.0, 1500.0, 500.0, 2000.0)
     print(f"\nONNX Runtime {predictor.provider}, 1 thread, {calls} timed calls after "
           f"{warmup} warm-up (microseconds):\n")
-    print("| rows | predict mean | P50 | P99 | candidate_rows mean | P50 | P99 |")
+    print("| rows | predict mean | P50 | P99 | StepRows.rows mean | P50 | P99 |")
     print("|---|---|---|---|---|---|---|")
     for n in SIZES:
         chunks = np.linspace(1, 256, n).astype(np.int64)
-        rows = candidate_rows(stats, memory, chunks, processed=0)
+        step_rows = StepRows(stats, memory)
+        candidates = [(0, 0, chunks)]
+        rows = step_rows.rows(stats, candidates)
         run = time_calls(lambda: predictor.predict(rows), calls, warmup)
-        build = time_calls(lambda: candidate_rows(stats, memory, chunks, 0), calls, warmup)
+        build = time_calls(lambda: step_rows.rows(stats, candidates), calls, warmup)
         print(f"| {n} | {run.mean():.1f} | {np.percentile(run, 50):.1f} | "
               f"{np.percentile(run, 99):.1f} | {build.mean():.1f} | "
               f"{np.percentile(build, 50):.1f} | {np.percentile(build, 99):.1f} |")

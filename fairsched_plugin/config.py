@@ -114,7 +114,9 @@ class PredictorConfig:
 @dataclass(frozen=True)
 class LPRSConfig:
     """Latency-predictive chunk selection (seed 000 §3.2.2): per prefill candidate, the
-    chunk whose predicted batch time is closest to ``target_ms`` (asymmetric penalties)."""
+    chunk whose predicted batch time is closest to ``target_ms`` (asymmetric penalties).
+    ``guard_*``: when to stop trusting a predictor that does not fit the engine
+    (``policies.lprs_guard``)."""
 
     enabled: bool = False
     target_ms: float = 50.0
@@ -123,6 +125,10 @@ class LPRSConfig:
     overflow_penalty: float = 4.0
     align: str = "auto"
     correction: float = 0.1
+    guard_window: int = 16
+    guard_max_error: float = 1.0
+    guard_recover_error: float = 0.5
+    guard_min_fill: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -275,6 +281,19 @@ KEYS: tuple[_Key, ...] = (
          "a number in [0, 1]: weight of each step's measured-minus-predicted time in the "
          "running bias added to predictions (0: the paper's uncorrected predictor)",
          lambda v: 0 <= v <= 1),
+    _Key("lprs.guard_window", int,
+         "an integer >= 0: dispatched batches the guard judges the predictor on (0: no "
+         "guard)", lambda v: v >= 0),
+    _Key("lprs.guard_max_error", float,
+         "a finite number > 0: LPRS falls back to the token budget while the median "
+         "|measured - predicted| / measured over the window is above this", _positive),
+    _Key("lprs.guard_recover_error", float,
+         "a finite number > 0, at most guard_max_error: LPRS resumes once the median "
+         "relative error over the window is at most this", _positive),
+    _Key("lprs.guard_min_fill", float,
+         "a number in [0, 1]: LPRS also falls back when it cut chunks in most steps of the "
+         "window while their median time was below this x target_ms (0: never)",
+         lambda v: 0 <= v <= 1),
     _Key("apc.enabled", bool, "true or false (active prefill control)"),
     _Key("apc.max_active_prefills", int, "an integer >= 1 (C_max: prefills active at once)",
          lambda v: v >= 1),
@@ -422,6 +441,13 @@ def _build(values: Mapping[str, Any]) -> FairschedConfig:
             "fairsched config: lprs.overflow_penalty must be larger than "
             f"lprs.underfill_penalty (overflowing the target is the worse error); got "
             f"{lprs.overflow_penalty:g} <= {lprs.underfill_penalty:g}"
+        )
+    if lprs.guard_recover_error > lprs.guard_max_error:
+        raise ConfigError(
+            "fairsched config: lprs.guard_recover_error must be at most "
+            f"lprs.guard_max_error (resume only once predictions agree better than the "
+            f"fall-back threshold); got {lprs.guard_recover_error:g} > "
+            f"{lprs.guard_max_error:g}"
         )
     if lprs.enabled and not config.predictor.path:
         raise ConfigError(

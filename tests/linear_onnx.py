@@ -1,6 +1,7 @@
 """A hand-made ONNX latency model for scheduler tests: ``base + per_token * scheduled
-tokens`` (the ``scheduled_tokens`` feature), with the metadata serving checks, so a test
-can work out by hand what LPRS must choose."""
+tokens`` (the ``scheduled_tokens`` feature), optionally ``+ per_used_mib * gpu_mem_used_mb``,
+with the metadata serving checks (and, if given, training ranges), so a test can work out
+by hand what LPRS must choose."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from fairsched_plugin.predictor.model_format import INPUT_NAME, METADATA_KEY, OU
 
 
 def write_linear_model(path: Path, base_ms: float, per_token_ms: float,
-                       memory_provider: str = "kv_cache") -> Path:
+                       memory_provider: str = "kv_cache", per_used_mib_ms: float = 0.0,
+                       feature_ranges: dict[str, list[float]] | None = None) -> Path:
     weights = np.zeros((NUM_FEATURES, 1), dtype=np.float32)
     weights[FEATURE_NAMES.index("scheduled_tokens"), 0] = per_token_ms
+    weights[FEATURE_NAMES.index("gpu_mem_used_mb"), 0] = per_used_mib_ms
     graph = helper.make_graph(
         [
             helper.make_node("MatMul", [INPUT_NAME, "w"], ["scaled"]),
@@ -42,6 +45,7 @@ def write_linear_model(path: Path, base_ms: float, per_token_ms: float,
     entry.value = json.dumps(model_metadata(
         memory_provider=memory_provider, vllm_version="test", hardware="test",
         training={"source": "hand-made linear model for tests"},
+        feature_ranges=feature_ranges,
     ))
     onnx.checker.check_model(model)
     onnx.save(model, str(path))

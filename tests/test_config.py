@@ -412,3 +412,29 @@ def test_int_and_bool_keys_from_env_and_json():
 )
 def test_new_keys_reject_bad_values(section, needle):
     assert needle in _error(fs(section))
+
+
+# --------------------------------------------------------------------------- LPRS guard
+
+
+def test_lprs_guard_defaults_and_sources():
+    lprs = load().lprs
+    assert (lprs.guard_window, lprs.guard_max_error, lprs.guard_recover_error,
+            lprs.guard_min_fill) == (16, 1.0, 0.5, 0.5)
+    lprs = load(fs({"lprs": {"guard_window": 0, "guard_min_fill": 0}}),
+                FAIRSCHED_LPRS_GUARD_MAX_ERROR="2", FAIRSCHED_LPRS_GUARD_RECOVER_ERROR="2").lprs
+    assert (lprs.guard_window, lprs.guard_max_error, lprs.guard_recover_error,
+            lprs.guard_min_fill) == (0, 2.0, 2.0, 0.0)
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ({"guard_window": -1}, "lprs.guard_window .* must be an integer >= 0"),
+    ({"guard_window": 2.5}, "lprs.guard_window .* must be an integer >= 0"),
+    ({"guard_max_error": 0}, "lprs.guard_max_error .* must be a finite number > 0"),
+    ({"guard_recover_error": -0.5}, "lprs.guard_recover_error .* must be a finite number > 0"),
+    ({"guard_min_fill": 1.5}, r"lprs.guard_min_fill .* must be a number in \[0, 1\]"),
+    ({"guard_max_error": 0.4}, "lprs.guard_recover_error must be at most lprs.guard_max_error"),
+])
+def test_lprs_guard_values_are_checked(section, message):
+    with pytest.raises(ConfigError, match=message):
+        load(fs({"lprs": section}))

@@ -20,7 +20,6 @@ from fairsched_plugin.policies.lprs import (
     LPRSParams,
     PredictionError,
     candidate_chunks,
-    score,
     select_chunk,
 )
 
@@ -30,6 +29,12 @@ PARAMS = LPRSParams(target_ms=50.0, granularity=32, underfill_penalty=1.0,
 
 def linear(base_ms: float, per_token_ms: float):
     return lambda chunks: base_ms + per_token_ms * chunks.astype(float)
+
+
+def select(bound: int, predict, params: LPRSParams = PARAMS):
+    """Algorithm 1 for one candidate whose batch times ``predict`` gives."""
+    chunks = candidate_chunks(bound, params.granularity)
+    return select_chunk(chunks, np.asarray(predict(chunks), dtype=np.float64), params)
 
 
 # ------------------------------------------------------------------ LPRS
@@ -44,56 +49,59 @@ def test_candidate_set_is_one_h_and_multiples_of_the_granularity():
 
 
 def test_scores_are_asymmetric():
-    assert [score(t, PARAMS) for t in (40.0, 50.0, 55.0)] == [10.0, 0.0, 20.0]
+    # Eq. 10 with penalties 1 and 4: 40 ms scores 10, 55 ms scores 20, 52 ms scores 8.
+    chunks = np.array([1, 2])
+    assert select_chunk(chunks, np.array([40.0, 55.0]), PARAMS).chunk == 1
+    assert select_chunk(chunks, np.array([40.0, 52.0]), PARAMS).chunk == 2
+    assert select_chunk(chunks, np.array([45.0, 52.0]), PARAMS).chunk == 1  # 5 against 8
 
 
 def test_select_hits_the_target_exactly_when_a_candidate_does():
     # 10 ms fixed + 0.25 ms/token: 160 tokens -> 50 ms; 160 = 5 x 32 is a candidate.
-    choice = select_chunk(bound=256, committed=0, predict=linear(10, 0.25), params=PARAMS)
-    assert (choice.chunk, choice.predicted_ms, choice.candidates) == (160, 50.0, 9)
+    choice = select(256, linear(10, 0.25))
+    assert (choice.chunk, choice.predicted_ms, choice.candidates, choice.index) == (
+        160, 50.0, 9, 5)
 
 
 def test_select_prefers_underfill_to_a_smaller_overflow():
     # 0.3 ms/token: 128 -> 48.4 ms (1.6 under, score 1.6); 160 -> 58 ms (8 over, score 32).
-    choice = select_chunk(bound=256, committed=0, predict=linear(10, 0.3), params=PARAMS)
+    choice = select(256, linear(10, 0.3))
     assert choice.chunk == 128
     # With equal penalties the closer candidate would win, and that is still 128 here;
     # make 160 closer: 0.25 ms/token + 9 ms -> 128: 41 (9 under), 160: 49 (1 under).
-    assert select_chunk(256, 0, linear(9, 0.25), PARAMS).chunk == 160
+    assert select(256, linear(9, 0.25)).chunk == 160
 
 
 def test_ties_go_to_the_larger_chunk():
     flat = lambda chunks: np.full(len(chunks), 30.0)  # noqa: E731
-    assert select_chunk(bound=100, committed=0, predict=flat, params=PARAMS).chunk == 100
+    assert select(100, flat).chunk == 100
 
 
 def test_a_batch_already_over_target_gets_the_smallest_chunk():
     # Decodes alone take 70 ms: every chunk overflows; the least overflow is one token.
-    assert select_chunk(256, committed=40, predict=linear(70, 0.1), params=PARAMS).chunk == 1
+    assert select(256, linear(70, 0.1)).chunk == 1
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0])
 def test_nonsense_predictions_raise(bad):
     predict = lambda chunks: np.where(chunks == 32, bad, 10.0)  # noqa: E731
     with pytest.raises(PredictionError):
-        select_chunk(100, 0, predict, PARAMS)
-
-
-def test_a_failing_predictor_raises_prediction_error():
-    def broken(chunks):
-        raise RuntimeError("session closed")
-
-    with pytest.raises(PredictionError, match="session closed"):
-        select_chunk(100, 0, broken, PARAMS)
+        select(100, predict)
 
 
 def test_wrong_shape_is_nonsense():
     with pytest.raises(PredictionError):
-        select_chunk(100, 0, lambda chunks: np.array([1.0, 2.0]), PARAMS)
+        select(100, lambda chunks: np.array([1.0, 2.0]))
 
 
 def test_no_room_means_no_chunk():
-    assert select_chunk(0, 256, linear(10, 0.1), PARAMS).chunk == 0
+    assert select(0, linear(10, 0.1)).chunk == 0
+
+
+def test_candidate_sets_are_cached_and_read_only():
+    assert candidate_chunks(100, 32) is candidate_chunks(100, 32)
+    with pytest.raises(ValueError):
+        candidate_chunks(100, 32)[0] = 5
 
 
 def test_params_reject_overflow_not_above_underfill():
@@ -185,3 +193,20 @@ def test_holds_back_exactly_when_no_proposal_could_get_through():
         assert decide(proposed, 192, 1000, apc.active, apc.cap, 16)[0] == 0
     apc.deferred["b"] = 2  # due to be forced: it must be asked
     assert not apc.holds_back("b")
+
+
+def test_would_choose_is_choose_for_a_given_batch_without_recording():
+    apc = ActivePrefillControl(max_active=2, min_chunk=16, max_deferred_steps=2)
+    apc.begin_step(max_seqs=64, num_decodes=0, token_budget=256, committed=0)
+    apc.deferred["late"] = 2  # due to be forced
+    cases = [("a", 64, 200, 500), ("b", 8, 200, 500), ("late", 64, 200, 500)]
+    for active in (0, 1, 2):
+        for request_id, proposed, bound, remaining in cases:
+            snapshot = (dict(apc.deferred), dict(apc.counts), apc.active)
+            assumed = apc.would_choose(request_id, proposed, bound, remaining, active)
+            assert apc.holds_back(request_id, active) == (
+                active >= 2 and request_id != "late")
+            assert (dict(apc.deferred), dict(apc.counts), apc.active) == snapshot
+            real = ActivePrefillControl(2, 16, 2, cap=apc.cap, active=active,
+                                        deferred=dict(apc.deferred))
+            assert real.choose(request_id, proposed, bound, remaining) == assumed

@@ -21,6 +21,7 @@ from fairsched_plugin.adapter.offline import (  # noqa: E402
     make_request,
     make_scheduler,
 )
+from fairsched_plugin.predictor.features import FEATURE_NAMES  # noqa: E402
 from fairsched_plugin.predictor.runtime import PredictorError  # noqa: E402
 from linear_onnx import write_linear_model  # noqa: E402
 from scheduler_driver import run_workload  # noqa: E402
@@ -44,10 +45,12 @@ def _engine(model_dir, config, cls=FairSyncScheduler, **kwargs) -> OfflineEngine
 
 
 def _lprs(model, **extra):
-    """LPRS on the given model. The fake steps take no time, so the online correction
-    (tested on its own below) is off: these tests work out the paper's choices by hand."""
+    """LPRS on the given model. The fake steps take no time, so the online correction and
+    the guard against a mismatched predictor (tested on their own below) are off: these
+    tests work out the paper's choices by hand."""
     return {"policy": "fcfs", "predictor": {"path": str(model)},
-            "lprs": {"enabled": True, "target_ms": 50.0, "granularity": 32, "correction": 0.0},
+            "lprs": {"enabled": True, "target_ms": 50.0, "granularity": 32, "correction": 0.0,
+                     "guard_window": 0},
             **extra}
 
 
@@ -78,7 +81,8 @@ def test_lprs_counts_decodes_in_the_batch_it_predicts(config_only_model, model):
 @pytest.mark.parametrize("policy", ["fcfs", "aging", "srtf", "af-lcb"])
 def test_the_budget_always_holds_and_everything_finishes(config_only_model, model, cls, policy):
     config = _lprs(model, policy=policy, apc={"enabled": True, "max_active_prefills": 2},
-                   lprs={"enabled": True, "target_ms": 40.0, "granularity": 16, "align": "on"})
+                   lprs={"enabled": True, "target_ms": 40.0, "granularity": 16, "align": "on",
+                         "guard_window": 0})
     if policy == "aging":
         config["aging"] = {"alpha": 37.5}
     engine = _engine(config_only_model, config, cls=cls, max_num_seqs=8)
@@ -93,7 +97,8 @@ def test_the_budget_always_holds_and_everything_finishes(config_only_model, mode
     run_workload(engine, pending, budget=BUDGET)
     finished = {rid for record in engine.steps for rid, tokens in record.sampled.items() if tokens}
     assert finished == ids
-    assert not engine.scheduler._chunk_rule.apc.deferred  # no streak left behind
+    rule = engine.scheduler._chunk_rule
+    assert not rule.apc.deferred and not rule._cut_to  # nothing left behind per request
 
 
 def test_nonsense_predictions_fall_back_to_the_budget_rule_and_log_once(
@@ -235,3 +240,105 @@ def test_online_correction_follows_a_model_that_under_predicts(config_only_model
         assert chunks[0] == 160
         assert 10.0 < rule.bias_ms <= 50.0
         assert chunks[-1] < 160
+
+
+# ------------------------------------------------------------- a predictor that does not fit
+
+
+def test_memory_outside_the_training_range_is_clamped_into_it(config_only_model, tmp_path,
+                                                              caplog):
+    """The model was trained where 1,000 MiB of KV cache were always in use (it adds
+    0.01 ms per MiB: 10 ms); this engine's fake cache uses almost none. Clamped, the model
+    reads 1,000 MiB: 20 + 0.25 * c ms, so c = 96 (44 ms, 6 under) beats 128 (52 ms, 2 over,
+    score 8); unclamped it would read 0 MiB and take 160."""
+    wide = {name: [0.0, 1e9] for name in FEATURE_NAMES}
+    ranges = {**wide, "bias": [1.0, 1.0], "gpu_mem_used_mb": [1000.0, 1000.0]}
+    model = write_linear_model(tmp_path / "ranged.onnx", 10.0, 0.25, per_used_mib_ms=0.01,
+                               feature_ranges=ranges)
+    trace = tmp_path / "trace.jsonl"
+    engine = _engine(config_only_model, _lprs(model, trace_path=str(trace)))
+    engine.add([make_request("long", 2000, 4, arrival_time=1.0)])
+    with caplog.at_level(logging.WARNING, logger="vllm.fairsched"):
+        chunks = [engine.step().output.num_scheduled_tokens["long"] for _ in range(3)]
+    engine.drain()
+    engine.scheduler.shutdown()
+    assert chunks == [96, 96, 96]
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [r["lprs_clamped"] for r in records] == [["gpu_mem_used_mb"]] * 3
+    assert records[0]["lprs_model_ms"] == pytest.approx(20.0 + 0.25 * 96)
+    warnings = [r.getMessage() for r in caplog.records if "training range" in r.getMessage()]
+    assert len(warnings) == 1 and "gpu_mem_used_mb" in warnings[0]
+
+
+def _mismatch_config(model, window: int, correction: float = 0.0) -> dict:
+    return _lprs(model, lprs={"enabled": True, "target_ms": 21.0, "granularity": 32,
+                              "correction": correction, "guard_window": window})
+
+
+def _prefill_steps(engine: OfflineEngine, request_id: str, prompt: int, limit: int) -> list[int]:
+    chunks = []
+    while engine.scheduler.requests[request_id].num_computed_tokens < prompt:
+        chunks.append(engine.step().output.num_scheduled_tokens.get(request_id, 0))
+        assert len(chunks) < limit, "prefill did not finish"
+    return chunks
+
+
+@pytest.mark.parametrize("correction", [0.0, 0.1])
+def test_a_predictor_far_too_high_falls_back_to_the_token_budget_within_the_window(
+    config_only_model, tmp_path, caplog, correction
+):
+    """The model says a step takes 100 ms plus 0.05 ms a token, and every step really takes
+    about 1 ms: every chunk overflows the 21 ms target, so LPRS would schedule one token per
+    step (even with the online bias at its 21 ms limit). The guard sees the predictions
+    are far off and hands the step back to the token budget after its window."""
+    model = write_linear_model(tmp_path / "high.onnx", base_ms=100.0, per_token_ms=0.05)
+    window, prompt = 4, 2000
+    budget_rule = OfflineEngine(make_scheduler(
+        FairSyncScheduler, config_only_model, max_num_batched_tokens=BUDGET, num_blocks=4000,
+        async_scheduling=False, additional_config={"fairsched": {"policy": "fcfs"}}))
+    budget_rule.add([make_request("long", prompt, 2, arrival_time=1.0)])
+    budget_steps = len(_prefill_steps(budget_rule, "long", prompt, 100))
+
+    strangled = _engine(config_only_model, _mismatch_config(model, 0, correction))
+    strangled.model_time_s = 0.001
+    strangled.add([make_request("long", prompt, 2, arrival_time=1.0)])
+    assert [strangled.step().output.num_scheduled_tokens["long"] for _ in range(12)] == [1] * 12
+
+    engine = _engine(config_only_model, _mismatch_config(model, window, correction))
+    engine.model_time_s = 0.001
+    engine.add([make_request("long", prompt, 2, arrival_time=1.0)])
+    with caplog.at_level(logging.INFO, logger="vllm.fairsched"):
+        chunks = _prefill_steps(engine, "long", prompt, 100)
+    assert chunks[:window] == [1] * window  # LPRS's choice until the window is full
+    assert set(chunks[window + 1:-1]) == {BUDGET}  # then the token budget's
+    assert len(chunks) <= budget_steps + window + 1
+    falls = [r for r in caplog.records if "falls back to the token-budget rule" in r.getMessage()]
+    assert len(falls) == 1 and falls[0].levelno == logging.WARNING
+    assert "median relative error of the last 4 predictions" in falls[0].getMessage()
+    assert engine.scheduler._chunk_rule.guard.fallen_back
+
+
+def test_lprs_resumes_when_the_predictions_agree_again(config_only_model, tmp_path, caplog):
+    """20 ms + 0.05 ms a token against a 21 ms target: LPRS takes one token a step. Steps
+    of 1 ms make the guard fall back; once steps take what the model predicts for the
+    token budget's 256-token batches (32.8 ms), it resumes, and LPRS chooses again."""
+    model = write_linear_model(tmp_path / "model.onnx", base_ms=20.0, per_token_ms=0.05)
+    window = 4
+    engine = _engine(config_only_model, _mismatch_config(model, window))
+    engine.add([make_request("long", 8000, 2, arrival_time=1.0)])
+    guard = engine.scheduler._chunk_rule.guard
+    engine.model_time_s = 0.001
+    with caplog.at_level(logging.INFO, logger="vllm.fairsched"):
+        chunks = [engine.step().output.num_scheduled_tokens["long"] for _ in range(window + 3)]
+        assert guard.fallen_back and chunks[-1] == BUDGET
+        engine.model_time_s = 0.0328
+        for _ in range(2 * window + 2):
+            chunks.append(engine.step().output.num_scheduled_tokens["long"])
+            if not guard.fallen_back:
+                break
+        assert not guard.fallen_back
+        assert engine.step().output.num_scheduled_tokens["long"] == 1  # LPRS's choice again
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records
+                if "LPRS falls back" in r.getMessage() or "LPRS resumes" in r.getMessage()]
+    assert [level for level, _ in messages] == [logging.WARNING, logging.INFO]
+    assert "at most lprs.guard_recover_error 0.5" in messages[1][1]

@@ -231,7 +231,8 @@ def _step(ms: float, prefills: int = 1, **extra) -> dict:
 
 def test_latency_control_scores_steps_against_the_target():
     trace = [_step(50), _step(54), _step(44), _step(80), _step(20, prefills=0),
-             _step(50, lprs_predicted_ms=48.0, lprs_fallback=True)]
+             _step(50, lprs_predicted_ms=48.0, lprs_fallback=True, lprs_guard=True,
+                   lprs_clamped=["gpu_mem_used_mb"])]
     control = latency_control(trace, target_ms=50.0)
     assert control["steps"] == 6
     assert control["within_10pct"] == pytest.approx(3 / 6)  # 50, 54, 50 (44 is 12 % under)
@@ -239,6 +240,7 @@ def test_latency_control_scores_steps_against_the_target():
     assert control["over_10pct"] == pytest.approx(1 / 6)
     assert control["prediction_mae_ms"] == pytest.approx(2.0)
     assert control["fallback_steps"] == 1
+    assert control["guard_steps"] == 1 and control["clamped_steps"] == 1
     assert step_deviations(trace, 50.0)[3] == pytest.approx(0.6)
 
 

@@ -307,3 +307,90 @@ def test_running_alone_uses_all_the_budget_it_can():
         budget = rng.randint(1, 1500)
         caps = plan(FCFS, running, [], budget=budget)
         assert sum(caps.values()) == min(budget, sum(v.remaining_prefill for v in running))
+
+
+# --------------------------------------------------------------------------- with a chunk rule
+
+
+class BudgetRule:
+    """The token-budget rule as a chunk rule: every candidate takes its bound."""
+
+    def __init__(self) -> None:
+        self.offered: list[tuple[str, int]] = []
+
+    def choose(self, view: RequestView, bound: int, walk) -> int:
+        self.offered.append((view.request_id, bound))
+        return bound
+
+
+def test_the_rule_path_with_the_budget_rule_caps_running_prefills_as_without_a_rule():
+    rng = random.Random(77)
+    for case in range(2000):
+        policy, running, waiting, decode, budget, slots, kv, full = _random_case(rng, case)
+        rule = BudgetRule()
+        caps = plan_prefill_caps(policy, running, iter(waiting), decode, budget, slots, kv,
+                                 full, rule=rule)
+        without = plan(policy, running, waiting, decode=decode, budget=budget, slots=slots,
+                       kv=kv, full=full)
+        assert {v.request_id: caps[v.request_id] for v in running} == without, case
+        admitted = [rid for rid, _ in rule.offered if rid not in without]
+        assert admitted == [v.request_id for v in waiting][: len(admitted)], case  # in order
+        assert sum(caps.values()) <= max(budget - decode, 0), case
+
+
+class LookingAhead:
+    """Lists the walk ahead at every candidate under its own assumption (a chunk derived
+    from the request id), then takes that chunk, or deviates at chosen candidates."""
+
+    def __init__(self, deviate_at: set[int]) -> None:
+        self.deviate_at = deviate_at
+        self.listings: list[list[tuple[str, int]]] = []
+        self.offered: list[tuple[str, int]] = []
+
+    @staticmethod
+    def assume(view: RequestView, bound: int) -> int:
+        return min(bound, int(view.request_id.rsplit("-", 1)[1]) * 7 % 50)
+
+    def choose(self, view: RequestView, bound: int, walk) -> int:
+        listing = walk.upcoming(self.assume)
+        assert listing[0] == (view, bound)
+        self.listings.append([(v.request_id, b) for v, b in listing])
+        self.offered.append((view.request_id, bound))
+        chunk = self.assume(view, bound)
+        return bound - chunk if len(self.offered) - 1 in self.deviate_at else chunk
+
+
+def test_upcoming_lists_exactly_the_candidates_the_walk_then_meets():
+    rng = random.Random(5)
+    for case in range(1500):
+        policy, running, waiting, decode, budget, slots, kv, full = _random_case(rng, case)
+        rule = LookingAhead(deviate_at={rng.randint(0, 6)} if rng.random() < 0.5 else set())
+        plan_prefill_caps(policy, running, iter(waiting), decode, budget, slots, kv, full,
+                          rule=rule)
+        for index, listing in enumerate(rule.listings):
+            # Up to and including the first deviation from the assumption, the walk
+            # meets what the listing said.
+            deviations = [d for d in rule.deviate_at if d >= index]
+            end = min(deviations) - index + 1 if deviations else len(listing)
+            assert rule.offered[index : index + end] == listing[:end], case
+            if not deviations:
+                assert rule.offered[index:] == listing, case
+
+
+def test_looking_ahead_pulls_waiting_requests_only_as_far_as_it_looks():
+    pulled: list[str] = []
+
+    def gen():
+        for i in range(10**6):
+            pulled.append(f"w-{i}")
+            yield view(f"w-{i}", float(i), 10)
+
+    class LookThree:
+        def choose(self, view, bound, walk):
+            seen = []
+            walk.upcoming(lambda v, b: None if len(seen) == 3 else seen.append(v) or 1)
+            return 1
+
+    caps = plan_prefill_caps(FCFS, [], gen(), 0, 5, 10**6, 10**9, rule=LookThree())
+    assert caps == {f"w-{i}": 1 for i in range(5)}
+    assert len(pulled) <= 5 + 3

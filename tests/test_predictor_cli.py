@@ -10,6 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
 from fairsched_plugin.cli import main  # noqa: E402
+from fairsched_plugin.predictor.features import FEATURE_NAMES  # noqa: E402
 from fairsched_plugin.predictor.runtime import LatencyPredictor  # noqa: E402
 from predictor_data import write_synthetic_profile  # noqa: E402
 
@@ -34,6 +35,12 @@ def test_train_exports_a_servable_model_and_a_report(trained, capsys):
     assert training["samples"]["read"] == 400
     assert training["config"]["hidden_sizes"] == [32, 16]
     assert training["profile_files"] == [str(profile)]
+    ranges = predictor.metadata["feature_ranges"]
+    assert list(ranges) == list(FEATURE_NAMES)
+    # The synthetic profile's steps have up to 2 prefill chunks of 1-255 tokens, and every
+    # memory state has 2048 MiB reserved.
+    assert ranges["prefill_tokens"][0] == 0 and 255 <= ranges["prefill_tokens"][1] <= 510
+    assert ranges["cuda_reserved_mb"] == [2048.0, 2048.0]
     report = model.with_name("model_report")
     for name in (*REPORT_FILES, "history.json"):
         assert (report / name).stat().st_size > 0

@@ -12,7 +12,8 @@ from fairsched_plugin.predictor.features import (
     RAW_FEATURES,
     BatchStats,
     MemoryState,
-    candidate_rows,
+    StepRows,
+    batch_row,
     feature_matrix,
     raw_vector,
 )
@@ -97,20 +98,65 @@ def test_feature_matrix_rejects_rows_that_are_not_11_raw_features():
         feature_matrix(np.zeros((3, 16)))
 
 
-def test_candidate_rows_equal_the_batch_with_one_more_prefill_per_chunk():
+def _copy(stats: BatchStats) -> BatchStats:
+    return BatchStats(**{name: getattr(stats, name) for name in BatchStats.__slots__})
+
+
+def test_batch_row_is_the_feature_matrix_of_one_batch():
+    assert batch_row(_batch(), MEMORY).tolist() == feature_matrix(
+        raw_vector(_batch(), MEMORY)[None, :])[0].tolist()
+
+
+def test_step_rows_grow_the_batch_by_each_candidate_and_the_chunks_before_it():
     stats = _batch()
-    chunks = np.array([1, 32, 64, 100])
-    rows = candidate_rows(stats, MEMORY, chunks, processed=500)
+    rows = StepRows(stats, MEMORY).rows(stats, [
+        (500, 64, np.array([1, 32, 64])),   # joins with 64 tokens
+        (7, 0, np.array([], dtype=np.int64)),  # held back: no rows, not in the batch
+        (20, 0, np.array([1, 16])),         # scored, then not in the batch
+        (5, 10, np.array([8])),             # sees the 64-token prefill, not the others
+    ])
     expected = []
-    for chunk in chunks.tolist():
+    for chunk in (1, 32, 64):
         grown = _batch()
         grown.add_prefill(chunk, processed=500)
         expected.append(raw_vector(grown, MEMORY))
+    before = _batch()
+    before.add_prefill(64, processed=500)
+    for processed, chunk in ((20, 1), (20, 16), (5, 8)):
+        grown = _copy(before)
+        grown.add_prefill(chunk, processed)
+        expected.append(raw_vector(grown, MEMORY))
     np.testing.assert_array_equal(rows, feature_matrix(np.stack(expected)))
     assert stats == _batch()  # the committed batch is not changed
+    assert rows[-1, FEATURE_NAMES.index("max_prefill_processed_tokens")] == 500
 
 
-def test_candidate_rows_keep_a_larger_processed_maximum():
-    rows = candidate_rows(_batch(), MEMORY, np.array([8]), processed=5)
-    assert rows[0, FEATURE_NAMES.index("max_prefill_processed_tokens")] == 128
-    assert rows[0, FEATURE_NAMES.index("prefill_processed_tokens")] == 133
+def test_step_rows_equal_the_feature_matrix_on_random_batches():
+    """Bit for bit, with token counts and memory of realistic size: LPRS's choices must not
+    depend on how its rows were built."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        stats = BatchStats()
+        for _ in range(rng.integers(0, 40)):
+            stats.add_decode(int(rng.integers(0, 30_000)), int(rng.choice([1, 3])))
+        memory = MemoryState(*rng.uniform(0, 80_000, 4))
+        rows = StepRows(stats, memory)
+        for _ in range(rng.integers(0, 4)):
+            stats.add_prefill(int(rng.integers(1, 2048)), int(rng.integers(0, 100_000)))
+        candidates, expected, grown = [], [], _copy(stats)
+        for _ in range(rng.integers(1, 9)):
+            processed = int(rng.integers(0, 200_000))
+            chunks = np.unique(rng.integers(1, 2048, size=rng.integers(0, 6)))
+            joins = int(rng.choice([0, rng.integers(1, 2048)]))
+            candidates.append((processed, joins, chunks))
+            for chunk in chunks.tolist():
+                row = _copy(grown)
+                row.add_prefill(chunk, processed)
+                expected.append(raw_vector(row, memory))
+            if joins:
+                grown.add_prefill(joins, processed)
+        if expected:
+            np.testing.assert_array_equal(rows.rows(stats, candidates),
+                                          feature_matrix(np.stack(expected)))
+        assert batch_row(grown, memory).tolist() == feature_matrix(
+            raw_vector(grown, memory)[None, :])[0].tolist()

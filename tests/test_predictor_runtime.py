@@ -23,7 +23,7 @@ ort = pytest.importorskip("onnxruntime")
 from fairsched_plugin.config import PredictorConfig  # noqa: E402
 from fairsched_plugin.predictor.dataset import DatasetConfig, prepare  # noqa: E402
 from fairsched_plugin.predictor.export import export_onnx, model_metadata  # noqa: E402
-from fairsched_plugin.predictor.features import FEATURE_NAMES  # noqa: E402
+from fairsched_plugin.predictor.features import FEATURE_NAMES, feature_ranges  # noqa: E402
 from fairsched_plugin.predictor.model_format import FORMAT_VERSION, METADATA_KEY  # noqa: E402
 from fairsched_plugin.predictor.runtime import (  # noqa: E402
     LatencyPredictor,
@@ -173,6 +173,48 @@ def test_mismatched_metadata_is_refused(trained, tmp_path, change, message):
     _, path, _ = trained
     bad = _rewrite_metadata(path, tmp_path / "bad.onnx", change)
     with pytest.raises(PredictorError, match=f"bad.onnx: {message}"):
+        LatencyPredictor.load(bad)
+
+
+def _with_ranges(source: Path, target: Path, rows: np.ndarray) -> Path:
+    """The model at ``source`` with the ranges of ``rows`` recorded, as train records them."""
+    return _rewrite_metadata(source, target,
+                             lambda m: m.update(feature_ranges=feature_ranges(rows)))
+
+
+def test_inputs_are_clamped_into_the_recorded_training_range(trained, tmp_path):
+    model, path, rows = trained
+    clamped = LatencyPredictor.load(_with_ranges(path, tmp_path / "ranged.onnx", rows))
+    unclamped = LatencyPredictor.load(path)  # no ranges recorded: served as it is
+    low, high = rows.min(axis=0), rows.max(axis=0)
+    np.testing.assert_array_equal(clamped.predict(rows), unclamped.predict(rows))
+    far = rows[:4].copy()
+    used, reserved = FEATURE_NAMES.index("gpu_mem_used_mb"), FEATURE_NAMES.index(
+        "cuda_reserved_mb")
+    far[:, used] = high[used] * 50  # memory of another engine
+    far[:, reserved] = -1.0
+    inside = far.copy()
+    inside[:, used], inside[:, reserved] = high[used], low[reserved]
+    np.testing.assert_array_equal(clamped.predict(far), unclamped.predict(inside))
+    assert not np.allclose(unclamped.predict(far), unclamped.predict(inside))
+    assert clamped.outside_range(far[0]) == ["gpu_mem_used_mb", "cuda_reserved_mb"]
+    assert clamped.outside_range(rows[0]) == [] and unclamped.outside_range(far[0]) == []
+    np.testing.assert_allclose(clamped.predict(far), predict(model, inside), rtol=1e-5,
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("change", [
+    lambda r: r.pop("bias"),
+    lambda r: r.update(bias=[2.0, 1.0]),
+    lambda r: r.update(bias=[0.0, float("nan")]),
+    lambda r: r.update(bias="1"),
+])
+def test_malformed_feature_ranges_are_refused(trained, tmp_path, change):
+    _, path, rows = trained
+    ranged = _with_ranges(path, tmp_path / "ranged.onnx", rows)
+    bad = _rewrite_metadata(ranged, tmp_path / "bad.onnx",
+                            lambda m: change(m["feature_ranges"]))
+    with pytest.raises(PredictorError, match="bad.onnx: metadata feature_ranges must map"):
         LatencyPredictor.load(bad)
 
 

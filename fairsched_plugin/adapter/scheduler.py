@@ -139,7 +139,7 @@ class FairSchedulingMixin:
             self._auto_alpha = AutoAlpha(config.aging.auto_factor, PrefillRateEstimator())
             listeners.append(self._calibrate_alpha)
         self._chunk_rule = self._make_chunk_rule(config)
-        if self._chunk_rule is not None and config.lprs.enabled and config.lprs.correction > 0:
+        if self._chunk_rule is not None and self._chunk_rule.observes_steps:
             listeners.append(self._chunk_rule.observe_step)
         self._profiler: StepProfiler | None = None
         if config.profile.path:
@@ -232,9 +232,7 @@ class FairSchedulingMixin:
         if self._chunk_rule is not None:
             extra.update(self._chunk_rule.step_record())
             if batch is not None and lprs_on:
-                model_ms = self._chunk_rule.predict_batch(batch)
-                extra["lprs_model_ms"] = model_ms
-                extra["lprs_predicted_ms"] = model_ms + self._chunk_rule.bias_ms
+                extra.update(self._chunk_rule.dispatched(batch))
         super()._update_after_schedule(scheduler_output)
         self._steps.on_dispatch(
             scheduler_output,

@@ -193,7 +193,10 @@ def latency_control(trace: Sequence[TraceRecord], target_ms: float) -> dict[str,
     ``within_10pct`` counts every step; ``within_10pct_prefill`` only steps that scheduled
     prefill work, the only steps a chunk rule can shape (a decode-only step takes what its
     decodes take). Deviations are (measured - target) / target. ``prediction_mae_ms``
-    compares the trace's predicted batch time (LPRS arms) with the measured one.
+    compares the trace's predicted batch time (LPRS arms) with the measured one;
+    ``guard_steps`` counts steps the guard handed to the token budget because predictions
+    disagreed with measured times, ``clamped_steps`` those whose batch had features outside
+    the model's training range.
     """
     times = np.array([s["step_time_s"] * 1000.0 for s in trace if s.get("step_time_s") is not None])
     prefill = np.array([s["step_time_s"] * 1000.0 for s in trace
@@ -212,6 +215,8 @@ def latency_control(trace: Sequence[TraceRecord], target_ms: float) -> dict[str,
         "abs_deviation_mean_ms": float(np.mean(np.abs(times - target_ms))) if len(times) else None,
         "prediction_mae_ms": (float(np.mean([abs(p - m) for p, m in pairs])) if pairs else None),
         "fallback_steps": sum(1 for s in trace if s.get("lprs_fallback")),
+        "guard_steps": sum(1 for s in trace if s.get("lprs_guard")),
+        "clamped_steps": sum(1 for s in trace if s.get("lprs_clamped")),
     }
 
 

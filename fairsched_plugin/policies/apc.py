@@ -21,6 +21,9 @@ class Outcome(str, Enum):
     FORCED = "forced"
 
 
+_NO_COUNTS = {o.value: 0 for o in Outcome}
+
+
 def activity_cap(
     max_active: int, max_seqs: int, num_decodes: int, token_budget: int, committed: int,
     min_chunk: int,
@@ -59,31 +62,34 @@ class ActivePrefillControl:
     cap: int = 0
     active: int = 0
     deferred: dict[str, int] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=lambda: {o.value: 0 for o in Outcome})
+    counts: dict[str, int] = field(default_factory=lambda: dict(_NO_COUNTS))
 
     def begin_step(self, max_seqs: int, num_decodes: int, token_budget: int,
                    committed: int) -> None:
         self.cap = activity_cap(self.max_active, max_seqs, num_decodes, token_budget,
                                 committed, self.min_chunk)
         self.active = 0
-        self.counts = {o.value: 0 for o in Outcome}
+        self.counts = dict(_NO_COUNTS)
 
-    def holds_back(self, request_id: str) -> bool:
+    def holds_back(self, request_id: str, active: int | None = None) -> bool:
         """True when this prefill gets 0 whatever chunk is proposed (the batch already has
         ``cap`` active prefills and it is not due to be forced), so the caller can skip
-        working out a proposal."""
+        working out a proposal. ``active``: the batch's active prefills if not the
+        current count (a caller looking ahead at batches not yet built)."""
         return (
-            0 < self.cap <= self.active
+            0 < self.cap <= (self.active if active is None else active)
             and self.deferred.get(request_id, 0) < self.max_deferred_steps
         )
 
+    def would_choose(self, request_id: str, proposed: int, bound: int, remaining: int,
+                     active: int) -> int:
+        """The chunk :meth:`choose` would give with ``active`` prefills in the batch,
+        recording nothing: what a caller looking ahead assumes."""
+        return self._decide(request_id, proposed, bound, remaining, active)[0]
+
     def choose(self, request_id: str, proposed: int, bound: int, remaining: int) -> int:
         """The chunk this prefill gets (0: held back this step)."""
-        chunk, outcome = decide(proposed, bound, remaining, self.active, self.cap,
-                                self.min_chunk)
-        if chunk == 0 and bound >= 1 and self.deferred.get(request_id, 0) >= self.max_deferred_steps:
-            chunk = max(proposed, min(bound, min_progress(remaining, self.min_chunk)))
-            outcome = Outcome.FORCED
+        chunk, outcome = self._decide(request_id, proposed, bound, remaining, self.active)
         self.counts[outcome.value] += 1
         if chunk > 0:
             self.active += 1
@@ -91,6 +97,15 @@ class ActivePrefillControl:
         else:
             self.deferred[request_id] = self.deferred.get(request_id, 0) + 1
         return chunk
+
+    def _decide(self, request_id: str, proposed: int, bound: int, remaining: int,
+                active: int) -> tuple[int, Outcome]:
+        """Eq. 14 with the deferral bound, for a batch with ``active`` prefills."""
+        chunk, outcome = decide(proposed, bound, remaining, active, self.cap, self.min_chunk)
+        if chunk == 0 and bound >= 1 and self.deferred.get(request_id, 0) >= self.max_deferred_steps:
+            chunk = max(proposed, min(bound, min_progress(remaining, self.min_chunk)))
+            outcome = Outcome.FORCED
+        return chunk, outcome
 
     def forget(self, request_id: str) -> None:
         """The request left the engine: drop its streak."""

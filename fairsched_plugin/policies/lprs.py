@@ -1,18 +1,19 @@
 """LPRS, latency-predictive chunk selection (seed 000 §3.2.2, Eq. 6-11, Algorithm 1).
 
 For one prefill candidate: the feasible bound ``h = min(remaining, budget left)``, the
-candidate chunks ``{1, h} ∪ {kΔ ≤ h}``, one batched latency prediction for all of them,
-and the chunk whose prediction is closest to the target under an asymmetric score
-(overflowing the target costs more than underfilling it), ties to the larger chunk.
-The predictor is any callable from chunk sizes to predicted batch times in ms, so this
-module stays free of ONNX and of vLLM.
+candidate chunks ``{1, h} ∪ {kΔ ≤ h}``, a latency prediction for each, and the chunk whose
+prediction is closest to the target under an asymmetric score (overflowing the target
+costs more than underfilling it), ties to the larger chunk. The predictions come in as
+numbers, so this module stays free of ONNX and of vLLM, and the caller may score many
+candidates' sets in one predictor call (``adapter/chunking.py`` does).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,63 +39,67 @@ class LPRSParams:
                              f"{self.underfill_penalty} and {self.overflow_penalty}")
 
 
-@dataclass(frozen=True)
-class ChunkChoice:
+class ChunkChoice(NamedTuple):
+    """A named tuple rather than a frozen dataclass: one is built per scored candidate
+    every step, and a frozen dataclass costs several times as much to construct."""
+
     chunk: int
     predicted_ms: float
     """The prediction for the chosen chunk (NaN when nothing was scored)."""
     candidates: int
+    index: int
+    """The chosen chunk's position in the candidate set (-1 when nothing was scored)."""
 
 
+@functools.lru_cache(maxsize=4096)
 def candidate_chunks(bound: int, granularity: int) -> np.ndarray:
-    """Eq. 8, ascending: ``{1, h} ∪ {kΔ | 1 <= kΔ <= h}``; empty when ``h < 1``."""
+    """Eq. 8, ascending: ``{1, h} ∪ {kΔ | 1 <= kΔ <= h}``; empty when ``h < 1``.
+
+    Cached (read-only arrays): a step asks for the same few bounds again and again, and
+    building the set is a noticeable part of scoring a candidate."""
     if bound < 1:
-        return np.empty(0, dtype=np.int64)
-    chunks = list(range(granularity, bound + 1, granularity))
-    if granularity > 1:
-        chunks.insert(0, 1)
-    if not chunks or chunks[-1] != bound:
-        chunks.append(bound)
-    return np.array(chunks, dtype=np.int64)
+        chunks: list[int] = []
+    else:
+        chunks = list(range(granularity, bound + 1, granularity))
+        if granularity > 1:
+            chunks.insert(0, 1)
+        if not chunks or chunks[-1] != bound:
+            chunks.append(bound)
+    array = np.array(chunks, dtype=np.int64)
+    array.flags.writeable = False
+    return array
 
 
-def score(predicted_ms: float, params: LPRSParams) -> float:
-    """Eq. 10: ``λu (T* - T̂)`` below the target, ``λo (T̂ - T*)`` above it."""
-    gap = predicted_ms - params.target_ms
-    return -gap * params.underfill_penalty if gap <= 0 else gap * params.overflow_penalty
+def select_chunk(chunks: np.ndarray, predicted: np.ndarray, params: LPRSParams) -> ChunkChoice:
+    """Algorithm 1, lines 10-31, for one candidate: ``chunks`` its candidate set
+    (:func:`candidate_chunks`, ascending), ``predicted`` the batch time (ms) with each;
+    the chunk with the lowest Eq. 10 score, ties to the larger one.
+    Line 28's guard against an empty batch holds by construction: a non-empty set
+    contains 1, and every chunk in it is at least 1.
 
-
-def select_chunk(
-    bound: int,
-    committed: int,
-    predict: Callable[[np.ndarray], np.ndarray],
-    params: LPRSParams,
-) -> ChunkChoice:
-    """Algorithm 1 for one candidate; ``predict`` maps chunk sizes to batch times (ms).
-
-    Raises :class:`PredictionError` when a prediction is NaN, infinite or negative: the
-    caller falls back to the token-budget rule for the step.
+    Raises :class:`PredictionError` when a prediction is NaN, infinite or negative, or
+    there are not as many as chunks: the caller falls back to the token-budget rule.
     """
-    chunks = candidate_chunks(bound, params.granularity)
     if len(chunks) == 0:
-        return ChunkChoice(0, math.nan, 0)
-    try:
-        predicted = np.asarray(predict(chunks), dtype=np.float64).reshape(-1)
-    except PredictionError:
-        raise
-    except Exception as exc:  # an ONNX Runtime failure is not a reason to stop serving
-        raise PredictionError(f"predictor failed: {exc}") from exc
-    if predicted.shape != chunks.shape or not np.all(np.isfinite(predicted)) or np.any(predicted < 0):
+        return ChunkChoice(0, math.nan, 0, -1)
+    if len(predicted) != len(chunks):
         raise PredictionError(
-            f"predictor returned {predicted[:8]} for {len(chunks)} candidate chunks"
+            f"predictor returned {len(predicted)} times for {len(chunks)} candidate chunks"
         )
-    # A few dozen candidates: plain Python is faster here than numpy's per-call overhead.
+    target, underfill, overflow = (params.target_ms, params.underfill_penalty,
+                                   params.overflow_penalty)
+    # A few dozen candidates: plain Python is faster here than numpy's per-call overhead,
+    # and Eq. 10 is inlined because a function call per candidate is a noticeable share.
     best, best_score = -1, math.inf
-    for i, predicted_ms in enumerate(predicted.tolist()):
-        value = score(predicted_ms, params)
+    values = predicted.tolist()
+    for i, predicted_ms in enumerate(values):
+        if not 0.0 <= predicted_ms < math.inf:  # NaN fails both comparisons
+            raise PredictionError(
+                f"predictor returned {predicted_ms} ms for a chunk of {int(chunks[i])} tokens"
+            )
+        # Eq. 10: λu (T* - T̂) below the target, λo (T̂ - T*) above it.
+        gap = predicted_ms - target
+        value = -gap * underfill if gap <= 0 else gap * overflow
         if value <= best_score:  # ascending chunks: a tie goes to the larger one
             best, best_score = i, value
-    chunk = int(chunks[best])
-    if chunk == 0 and committed == 0 and bound >= 1:  # line 28: never an empty batch
-        chunk = 1
-    return ChunkChoice(chunk, float(predicted[best]), len(chunks))
+    return ChunkChoice(int(chunks[best]), values[best], len(values), best)

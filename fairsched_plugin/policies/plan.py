@@ -10,17 +10,139 @@ running and waiting alike, takes ``min(remaining, budget left)`` in policy order
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
-from .base import OrderingPolicy, RequestView
+from .base import OrderingPolicy, Rank, RequestView
+
+
+Assumption = Callable[[RequestView, int], "int | None"]
+"""What a chunk rule assumes a candidate takes, from its view and bound; None: look no
+further."""
 
 
 class ChunkRule(Protocol):
     """Decides a prefill candidate's chunk inside the plan (LPRS, APC, alignment)."""
 
-    def choose(self, view: RequestView, bound: int) -> int:
-        """The chunk for ``view``, at most ``bound`` (the feasible ``h``); 0 skips it."""
+    def choose(self, view: RequestView, bound: int, walk: CandidateWalk) -> int:
+        """The chunk for ``view``, at most ``bound`` (the feasible ``h``); 0 skips it.
+        ``walk.upcoming`` lists this candidate and the ones after it, so a rule can
+        prepare the work of several candidates in one go."""
+
+
+class CandidateWalk:
+    """The candidates a chunk rule decides, in policy order: running partial prefills and
+    waiting requests merged, each with its bound ``h = min(remaining, budget left)``.
+
+    :meth:`next` gives the current candidate, :meth:`take` records its chunk. Both follow
+    vLLM's admission rules, as ``plan_prefill_caps`` documents: a waiting request whose
+    prompt (or chunk) does not fit the free KV cache, or that gets 0, ends admissions.
+    :meth:`upcoming` runs the same walk ahead on a copy, under assumed chunks. Waiting
+    requests are pulled from their iterator only when the walk, or a look ahead, reaches
+    them, and each once. ``rank`` is the policy's order in this step
+    (``OrderingPolicy.ranker``).
+    """
+
+    def __init__(
+        self,
+        rank: Callable[[RequestView], Rank],
+        running: list[tuple[Rank, RequestView]],
+        waiting: Iterator[RequestView],
+        left: int,
+        free_kv_tokens: int,
+        full_sequence_must_fit: bool,
+    ) -> None:
+        self._rank = rank
+        self._running = running
+        self._waiting = waiting
+        self._pulled: list[tuple[Rank, RequestView]] = []
+        self._drained = False
+        self._full = full_sequence_must_fit
+        self._position = _Position(0, 0, True, left, free_kv_tokens)
+
+    def next(self) -> tuple[RequestView, int, bool] | None:
+        """The current candidate as ``(view, bound, waiting)``, or None: the walk is over."""
+        return self._next(self._position)
+
+    def take(self, waiting: bool, chunk: int) -> None:
+        """The current candidate (from :meth:`next`) gets ``chunk``."""
+        self._take(self._position, waiting, chunk)
+
+    def upcoming(self, assume: Assumption) -> list[tuple[RequestView, int]]:
+        """The current candidate and those after it, with their bounds, as the walk would
+        meet them if each took ``assume(view, bound)``; up to where the walk would end or
+        ``assume`` returns None (that candidate is not listed)."""
+        position = self._position.copy()
+        listed = []
+        while (candidate := self._next(position)) is not None:
+            view, bound, waiting = candidate
+            chunk = assume(view, bound)
+            if chunk is None:
+                break
+            listed.append((view, bound))
+            self._take(position, waiting, chunk)
+        return listed
+
+    def _next(self, at: _Position) -> tuple[RequestView, int, bool] | None:
+        running, pulled = self._running, self._pulled
+        while at.left > 0:
+            if at.waiting < len(pulled):
+                head = pulled[at.waiting] if at.admitting else None
+            else:
+                head = None if self._drained or not at.admitting else self._pull(at.waiting)
+            if head is not None and (at.index == len(running) or head[0] < running[at.index][0]):
+                view = head[1]
+                remaining = view.remaining_prefill
+                bound = min(remaining, at.left)
+                if (remaining if self._full else bound) > at.free_kv_tokens:
+                    at.admitting = False  # vLLM stops admitting here; the rest goes to running
+                    continue
+                return view, bound, True
+            if at.index == len(running):
+                return None
+            view = running[at.index][1]
+            return view, min(view.remaining_prefill, at.left), False
+        return None
+
+    @staticmethod
+    def _take(at: _Position, waiting: bool, chunk: int) -> None:
+        if waiting:
+            if chunk == 0:  # as vLLM's waiting loop stops at a request it cannot schedule
+                at.admitting = False
+                return
+            at.waiting += 1
+        else:
+            at.index += 1
+        at.left -= chunk
+        at.free_kv_tokens -= chunk
+
+    def _pull(self, index: int) -> tuple[Rank, RequestView] | None:
+        """The waiting request at ``index`` in walk order, pulling up to it."""
+        pulled = self._pulled
+        while len(pulled) <= index:
+            view = next(self._waiting, None)
+            if view is None:
+                self._drained = True
+                return None
+            pulled.append((self._rank(view), view))
+        return pulled[index]
+
+
+@dataclass(slots=True)
+class _Position:
+    """Where a walk stands: the next running and waiting candidate, whether waiting
+    requests are still admitted, the budget and the KV room left."""
+
+    index: int
+    waiting: int
+    admitting: bool
+    left: int
+    free_kv_tokens: int
+
+    def copy(self) -> _Position:
+        return _Position(self.index, self.waiting, self.admitting, self.left,
+                         self.free_kv_tokens)
 
 
 def plan_prefill_caps(
@@ -55,10 +177,10 @@ def plan_prefill_caps(
             admitted only if its whole prompt fits, not just its first chunk.
         rule: without one, each candidate takes ``min(remaining, budget left)`` (vLLM's
             token-budget rule). With one, the rule picks every chunk, waiting requests'
-            included, and the plan is exclusive: the caller admits no waiting request
-            the plan did not cap, and the first waiting candidate that gets 0 ends
-            admissions for the step, as vLLM's waiting loop stops at a request it
-            cannot schedule.
+            included, along a :class:`CandidateWalk`, and the plan is exclusive: the
+            caller admits no waiting request the plan did not cap, and the first waiting
+            candidate that gets 0 ends admissions for the step, as vLLM's waiting loop
+            stops at a request it cannot schedule.
         now: the wall-clock time the order is taken at (it matters only to a policy with
             deadlines).
 
@@ -75,30 +197,38 @@ def plan_prefill_caps(
     left = max(token_budget - decode_tokens, 0)
     if left == 0 or (rule is None and not running):
         return caps
-    # A two-way merge of the two streams in policy order; ties go to the running request.
     waiting = itertools.islice(waiting_in_order, max(free_slots, 0))
+    if rule is not None:
+        walk = CandidateWalk(rank, running, waiting, left, free_kv_tokens,
+                             full_sequence_must_fit)
+        while (candidate := walk.next()) is not None:
+            view, bound, is_waiting = candidate
+            chunk = rule.choose(view, bound, walk)
+            if chunk > 0 or not is_waiting:
+                caps[view.request_id] = chunk
+            walk.take(is_waiting, chunk)
+        return caps
+    # The token-budget rule: a two-way merge of the two streams in policy order, ties to
+    # the running request, until the last running prefill has its cap.
     candidate = next(waiting, None)
     candidate_key = rank(candidate) if candidate is not None else None
     index = 0
-    while left > 0 and (index < len(running) or (rule is not None and candidate is not None)):
-        if candidate is not None and (index == len(running) or candidate_key < running[index][0]):
+    while left > 0 and index < len(running):
+        if candidate is not None and candidate_key < running[index][0]:
             bound = min(candidate.remaining_prefill, left)
             need = candidate.remaining_prefill if full_sequence_must_fit else bound
             if need > free_kv_tokens:
                 candidate = None  # vLLM stops admitting here; the rest goes to running
                 continue
-            chunk = bound if rule is None else rule.choose(candidate, bound)
-            if chunk == 0:
+            if bound == 0:
                 candidate = None
                 continue
-            if rule is not None:
-                caps[candidate.request_id] = chunk
+            chunk = bound
             candidate = next(waiting, None)
             candidate_key = rank(candidate) if candidate is not None else None
         else:
             view = running[index][1]
-            bound = min(view.remaining_prefill, left)
-            chunk = bound if rule is None else rule.choose(view, bound)
+            chunk = min(view.remaining_prefill, left)
             caps[view.request_id] = chunk
             index += 1
         left -= chunk

@@ -20,7 +20,7 @@ import numpy as np
 
 from .dataset import DatasetConfig, clean, prepare
 from .evaluate import accuracy_metrics, markdown_table, write_evaluation
-from .features import feature_matrix
+from .features import feature_matrix, feature_ranges
 from .profiling import read_profile
 
 _DEFAULTS = DatasetConfig()
@@ -140,6 +140,7 @@ def main_train(args: argparse.Namespace) -> int:
     export_onnx(result.model, args.out, model_metadata(
         memory_provider=meta["memory_provider"], vllm_version=meta.get("vllm_version", ""),
         hardware=meta.get("hardware", ""), training=training,
+        feature_ranges=feature_ranges(data.train.features),
     ))
     # Evaluate the exported file as the scheduler will load it, not the torch model.
     predictor = LatencyPredictor.load(args.out, expected_memory_provider=meta["memory_provider"])

@@ -30,10 +30,13 @@ OPSET = 17
 
 
 def model_metadata(
-    *, memory_provider: str, vllm_version: str, hardware: str, training: Mapping[str, Any]
+    *, memory_provider: str, vllm_version: str, hardware: str, training: Mapping[str, Any],
+    feature_ranges: Mapping[str, list[float]] | None = None,
 ) -> dict[str, Any]:
-    """The ``fairsched`` metadata entry of a model (fields in ``model_format``)."""
-    return {
+    """The ``fairsched`` metadata entry of a model (fields in ``model_format``);
+    ``feature_ranges`` from :func:`~fairsched_plugin.predictor.features.feature_ranges`
+    of the training split."""
+    metadata = {
         "format_version": FORMAT_VERSION,
         "feature_names": list(FEATURE_NAMES),
         "feature_units": dict(FEATURE_UNITS),
@@ -44,6 +47,9 @@ def model_metadata(
         "training": dict(training),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if feature_ranges is not None:
+        metadata["feature_ranges"] = {name: list(feature_ranges[name]) for name in FEATURE_NAMES}
+    return metadata
 
 
 def export_onnx(model: LatencyMLP, path: str | Path, metadata: Mapping[str, Any]) -> Path:

@@ -29,12 +29,13 @@ decode_tokens * avg_decode_ctx; ``prefill_interaction`` = prefill_tokens *
 prefill_processed_tokens. Note that Table 2 divides by decode *tokens*, not decode
 requests; with speculation the two differ, and the definition is kept as the paper has it.
 
-Only numpy is imported: the scheduler calls :func:`raw_vector` and :func:`candidate_rows`
+Only numpy is imported: the scheduler calls :func:`raw_vector` and :class:`StepRows`
 every step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,6 +83,10 @@ NUM_RAW = len(RAW_FEATURES)
 NUM_FEATURES = len(FEATURE_NAMES)
 
 _PREFILL, _DECODE, _COUNT, _SUM_CTX, _MAX_CTX, _PROCESSED, _MAX_PROCESSED = range(7)
+_SCHEDULED = FEATURE_NAMES.index("scheduled_tokens")
+_INTERACTION = FEATURE_NAMES.index("prefill_interaction")
+_VARYING = [_PREFILL, _COUNT, _PROCESSED, _MAX_PROCESSED, _SCHEDULED]
+"""The columns that differ between a step's candidates (before the chunk is added)."""
 
 
 @dataclass(slots=True)
@@ -165,28 +170,85 @@ def feature_matrix(raw: np.ndarray) -> np.ndarray:
     return out
 
 
-def candidate_rows(
-    stats: BatchStats, memory: MemoryState, chunks: np.ndarray, processed: int
-) -> np.ndarray:
-    """The 16-feature rows of the batch ``stats`` describes plus one more prefill request
-    with ``processed`` prompt tokens already computed, one row per chunk size in
-    ``chunks``: what LPRS scores in one predictor call.
+def feature_ranges(rows: np.ndarray) -> dict[str, list[float]]:
+    """``{feature: [minimum, maximum]}`` over 16-feature ``rows`` (a training split): what
+    a model records so that serving can clamp inputs into what it was trained on."""
+    low, high = rows.min(axis=0), rows.max(axis=0)
+    return {name: [float(low[i]), float(high[i])] for i, name in enumerate(FEATURE_NAMES)}
 
-    Equal to ``feature_matrix`` of the grown batches' raw vectors, computed directly: only
-    the prefill columns vary between rows, and this runs for every candidate every step.
-    """
-    base = raw_vector(stats, memory)
-    base[_COUNT] += 1
-    base[_PROCESSED] += processed
-    base[_MAX_PROCESSED] = max(base[_MAX_PROCESSED], processed)
-    decode = float(base[_DECODE])
-    avg_ctx = float(base[_SUM_CTX]) / max(decode, 1.0)
-    out = np.empty((len(chunks), NUM_FEATURES), dtype=np.float32)
-    out[:, :NUM_RAW] = base
-    out[:, NUM_RAW:] = (1.0, decode, avg_ctx, decode * avg_ctx, 0.0)
-    prefill = out[:, _PREFILL]
-    prefill += chunks
-    out[:, NUM_RAW + 1] += prefill
-    # float32 products of float32 integers round once, like feature_matrix's float64 cast.
-    np.multiply(prefill, base[_PROCESSED], out=out[:, NUM_RAW + 4])
+
+def batch_row(stats: BatchStats, memory: MemoryState) -> np.ndarray:
+    """All 16 features of one batch, shape (16,): ``feature_matrix`` of its raw vector,
+    computed with Python floats, a few times faster than numpy's per-column calls for the
+    one row the scheduler needs at a time (the tests check the two are equal)."""
+    raw = raw_vector(stats, memory)
+    prefill = float(raw[_PREFILL])
+    decode = float(raw[_DECODE])
+    avg_ctx = float(raw[_SUM_CTX]) / max(decode, 1.0)
+    out = np.empty(NUM_FEATURES, dtype=np.float32)
+    out[:NUM_RAW] = raw
+    out[NUM_RAW:] = (1.0, decode + prefill, avg_ctx, decode * avg_ctx,
+                     prefill * float(raw[_PROCESSED]))
     return out
+
+
+class StepRows:
+    """The 16-feature rows LPRS scores within one step, many candidates per predictor call.
+
+    A step's decodes and memory state are fixed while its prefills are chosen, so their
+    columns (and the decode-derived ones) are computed once, here; each candidate's rows
+    then differ only in the prefill columns. Equal to ``feature_matrix`` of the grown
+    batches' raw vectors as long as token counts stay below 2**24, where float32 holds
+    integers exactly (the tests check it).
+    """
+
+    def __init__(self, batch: BatchStats, memory: MemoryState) -> None:
+        """``batch``: this step's batch; only its decodes count, the prefill columns are
+        set row by row."""
+        self._template = batch_row(batch, memory)
+        self._decode_tokens = batch.decode_tokens
+
+    def rows(
+        self, batch: BatchStats, candidates: Sequence[tuple[int, int, np.ndarray]]
+    ) -> np.ndarray:
+        """Rows for a run of prefill candidates in the order they join the batch.
+
+        ``candidates[k]`` is ``(processed, joins, chunks)``: candidate k has ``processed``
+        prompt tokens computed; its rows are the batch ``batch`` (this step's decodes plus
+        the prefills chosen so far) grown by the ``joins`` chunks of candidates 0..k-1 (0:
+        not in the batch) and by one prefill of candidate k, one row per size in
+        ``chunks`` (empty: no rows for it). Rows of all candidates, concatenated in order.
+        """
+        prefill = batch.prefill_tokens
+        count = batch.batch_request_count
+        processed_sum = batch.prefill_processed_tokens
+        processed_max = batch.max_prefill_processed_tokens
+        heads: list[tuple[int, int, int, int, int]] = []
+        sets: list[np.ndarray] = []
+        for processed, joins, chunks in candidates:
+            if len(chunks):
+                heads.append((prefill, count + 1, processed_sum + processed,
+                              max(processed_max, processed), self._decode_tokens + prefill))
+                sets.append(chunks)
+            if joins > 0:
+                prefill += joins
+                count += 1
+                processed_sum += processed
+                processed_max = max(processed_max, processed)
+        if len(sets) == 1:
+            head = self._template.copy()
+            head[_VARYING] = heads[0]
+            out = np.empty((len(sets[0]), NUM_FEATURES), dtype=np.float32)
+            out[:] = head
+            chunks = sets[0].astype(np.float32)
+        else:
+            per_candidate = np.empty((len(heads), NUM_FEATURES), dtype=np.float32)
+            per_candidate[:] = self._template
+            per_candidate[:, _VARYING] = heads
+            out = per_candidate.repeat([len(c) for c in sets], axis=0)
+            chunks = np.concatenate(sets).astype(np.float32)
+        out[:, _PREFILL] += chunks
+        out[:, _SCHEDULED] += chunks
+        # float32 products of float32 integers round once, like feature_matrix's float64.
+        np.multiply(out[:, _PREFILL], out[:, _PROCESSED], out=out[:, _INTERACTION])
+        return out

@@ -12,6 +12,9 @@ server feeds raw feature rows. The model's ``metadata_props`` hold one entry,
 ``output_unit``     ``ms``
 ``memory_provider`` what measured the four memory features (see ``memory``)
 ``vllm_version``, ``hardware``  of the profile the model was trained on
+``feature_ranges``  each feature's ``[minimum, maximum]`` over the training split;
+                    serving clamps inputs into them (optional: a model without it is
+                    served unclamped)
 ``training``        metrics on the held-out test split, sample counts, hyperparameters,
                     best epoch, training time
 ``created``         export time

@@ -1,5 +1,9 @@
 """Serve a latency model with ONNX Runtime: one session, one batched call per step.
 
+Per step, LPRS scores all of its prefill candidates' chunk sizes in one ``predict`` call
+(two when the target binds mid-step; ``adapter/chunking.py``), and one more call of a
+single row predicts the batch as dispatched, for the online bias and the guard.
+
 The execution provider comes from config: ``cpu`` (default), ``cuda`` (``onnxruntime-gpu``)
 or ``cann`` (``onnxruntime-cann``, Ascend). The CPU provider with one thread is the right
 choice almost everywhere: a 16-128-64-32-1 MLP costs tens of microseconds on one core,
@@ -11,12 +15,22 @@ start, is logged on ``vllm.fairsched`` and the model runs on CPU.
 At load the model's ``fairsched`` metadata is checked against this code's feature
 definition (``model_format``); a missing, corrupt or mismatched file raises
 :class:`PredictorError` naming the file and the problem, so a bad model stops start-up.
+
+**Inputs are clamped into the training range.** A model whose metadata records
+``feature_ranges`` (the minimum and maximum of each feature over its training split) gets
+every input clamped into them before ONNX Runtime sees it. An MLP extrapolates wildly
+outside what it saw: a model trained on another engine, GPU, model or vLLM version can see
+memory features far outside its profile and predict nonsense (or negative) times for every
+batch, which would drive LPRS to one-token chunks. Clamped, an out-of-range feature reads
+as the nearest value the model was trained on. ``outside_range`` names the features of a
+row that were clamped, for the trace. A model without ranges is served unclamped.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -84,6 +98,16 @@ class LatencyPredictor:
         self.provider = session.get_providers()[0]
         self._session = session
         self._pad = self.provider == EXECUTION_PROVIDERS["cann"]
+        ranges = metadata.get("feature_ranges")
+        self.feature_low: np.ndarray | None = None
+        """Each feature's training minimum (None: the model records no ranges)."""
+        self.feature_high: np.ndarray | None = None
+        self._ranges: list[tuple[str, float, float]] | None = None
+        if ranges is not None:
+            self.feature_low = np.array([ranges[n][0] for n in FEATURE_NAMES], np.float32)
+            self.feature_high = np.array([ranges[n][1] for n in FEATURE_NAMES], np.float32)
+            self._ranges = [(name, float(low), float(high)) for name, low, high
+                            in zip(FEATURE_NAMES, self.feature_low, self.feature_high)]
 
     @classmethod
     def load(
@@ -140,16 +164,29 @@ class LatencyPredictor:
         )
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
-        """Predicted latency in ms, shape (n,), for ``rows`` of the 16 features (n, 16)."""
+        """Predicted latency in ms, shape (n,), for ``rows`` of the 16 features (n, 16),
+        each feature clamped into the training range when the model records one."""
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         if rows.ndim != 2 or rows.shape[1] != NUM_FEATURES:
             raise ValueError(f"predict needs rows of {NUM_FEATURES} features, got shape "
                              f"{rows.shape}")
+        if self.feature_low is not None:
+            rows = np.minimum(np.maximum(rows, self.feature_low), self.feature_high)
         n = rows.shape[0]
         if self._pad:
             rows = np.concatenate([rows, np.zeros((padded_batch(n) - n, NUM_FEATURES),
                                                   np.float32)])
         return self._session.run([OUTPUT_NAME], {INPUT_NAME: rows})[0].reshape(-1)[:n]
+
+
+    def outside_range(self, row: np.ndarray) -> list[str]:
+        """The features of one 16-feature ``row`` outside the training range, which
+        :meth:`predict` clamps (none without recorded ranges)."""
+        if self._ranges is None:
+            return []
+        # Plain Python: one row of 16 is faster compared this way than with numpy calls.
+        return [name for value, (name, low, high) in zip(row.tolist(), self._ranges)
+                if not low <= value <= high]
 
 
 def padded_batch(n: int) -> int:
@@ -245,6 +282,12 @@ def _checked_metadata(session: ort.InferenceSession, path: Path) -> dict[str, An
         raise PredictorError(f"latency model {path}: {_feature_difference(names)}")
     if not isinstance(metadata.get("memory_provider"), str):
         raise PredictorError(f"latency model {path}: metadata names no memory_provider")
+    ranges = metadata.get("feature_ranges")
+    if ranges is not None and not _valid_ranges(ranges):
+        raise PredictorError(
+            f"latency model {path}: metadata feature_ranges must map each of the "
+            f"{NUM_FEATURES} features to [minimum, maximum], finite, minimum <= maximum"
+        )
     inputs, outputs = session.get_inputs(), session.get_outputs()
     if (
         [i.name for i in inputs] != [INPUT_NAME]
@@ -259,6 +302,18 @@ def _checked_metadata(session: ort.InferenceSession, path: Path) -> dict[str, An
             f"{', '.join(o.name for o in outputs)}"
         )
     return metadata
+
+
+def _valid_ranges(ranges: Any) -> bool:
+    if not isinstance(ranges, dict) or set(ranges) != set(FEATURE_NAMES):
+        return False
+    for bounds in ranges.values():
+        if not (isinstance(bounds, list) and len(bounds) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                        and math.isfinite(v) for v in bounds)
+                and bounds[0] <= bounds[1]):
+            return False
+    return True
 
 
 def _feature_difference(names: Any) -> str:
