@@ -16,7 +16,11 @@ Three workloads, because a policy changes what the scheduler has to do:
   so their batches hold more decodes and vLLM's own loop does more work per step; the fair
   comparison is the time per request scheduled in the step, printed as ``per req``.
 
-    .venv/bin/python benchmarks/schedule_overhead.py [--steps 400]
+With ``--full-step`` the time is the whole engine step of the fake engine, ``schedule()``
+plus ``update_from_output`` for the outputs it waits on, which is where the per-step trace
+is written (the ``traced`` arm: the default with the trace ``fairsched bench`` writes).
+
+    .venv/bin/python benchmarks/schedule_overhead.py [--steps 400] [--full-step]
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ ARMS = {
     "aging": (FairScheduler, {"policy": "aging", "aging": {"alpha": 37.5}}),
     # The automatic alpha also times every step to measure prefill speed.
     "auto": (FairScheduler, {"policy": "aging", "aging": {"alpha": "auto"}}),
+    # The default with the JSON Lines trace (its path is set in main()).
+    "traced": (FairScheduler, {"policy": "guarded-srpf"}),
 }
 
 
@@ -77,17 +83,22 @@ def _engine(
     return engine
 
 
-def _timed_step(engine: OfflineEngine) -> tuple[int, int]:
-    """Nanoseconds spent in ``schedule()`` for one engine step, and requests scheduled."""
+def _timed_step(engine: OfflineEngine, full_step: bool) -> tuple[int, int]:
+    """Nanoseconds spent in ``schedule()`` (with ``full_step``, also in completing the
+    outputs it waits on) for one engine step, and requests scheduled."""
     start = time.perf_counter_ns()
     record = engine.schedule()
     elapsed = time.perf_counter_ns() - start
+    start = time.perf_counter_ns()
     while len(engine._queue) >= engine.in_flight:
         engine.complete_oldest()
+    if full_step:
+        elapsed += time.perf_counter_ns() - start
     return elapsed, len(record.output.num_scheduled_tokens)
 
 
-def measure(model_dir: Path, waiting: int, steps: int, workload: str) -> dict[str, dict]:
+def measure(model_dir: Path, waiting: int, steps: int, workload: str,
+            full_step: bool) -> dict[str, dict]:
     arms = {
         name: _engine(cls, model_dir, config, waiting, workload)
         for name, (cls, config) in ARMS.items()
@@ -95,7 +106,7 @@ def measure(model_dir: Path, waiting: int, steps: int, workload: str) -> dict[st
     samples: dict[str, list[tuple[int, int]]] = {name: [] for name in arms}
     for _ in range(steps):
         for name, engine in arms.items():
-            samples[name].append(_timed_step(engine))
+            samples[name].append(_timed_step(engine, full_step))
     return {
         name: {
             "step_us": statistics.median(ns for ns, _n in values) / 1e3,
@@ -109,18 +120,24 @@ def measure(model_dir: Path, waiting: int, steps: int, workload: str) -> dict[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--full-step", action="store_true",
+                        help="time schedule() plus update_from_output, not schedule() alone")
     args = parser.parse_args()
-    model_dir = write_config_only_model(Path(tempfile.mkdtemp()) / "model")
+    scratch = Path(tempfile.mkdtemp())
+    model_dir = write_config_only_model(scratch / "model")
+    ARMS["traced"][1]["trace_path"] = str(scratch / "trace.jsonl")
     arms = [name for name in ARMS if name != "stock"]
-    print(f"schedule() per call, medians over {args.steps} interleaved steps "
+    timed = "one engine step" if args.full_step else "schedule() per call"
+    print(f"{timed}, medians over {args.steps} interleaved steps "
           "(budget 512 tokens, max_num_seqs 256); x = ratio to stock; "
-          "guarded = the default (guarded-srpf), aging = alpha 37.5, auto = alpha auto")
+          "guarded = the default (guarded-srpf), aging = alpha 37.5, auto = alpha auto, "
+          "traced = guarded writing the per-step trace")
     print(f"{'workload':>8} {'waiting':>7} {'stock us':>9} "
           + " ".join(f"{name + ' x':>9}" for name in arms)
           + f" {'reqs/step':>9} " + " ".join(f"{name + ' per req':>15}" for name in arms))
     for workload in ("uniform", "decodes", "mixed"):
         for waiting in SIZES:
-            m = measure(model_dir, waiting, args.steps, workload)
+            m = measure(model_dir, waiting, args.steps, workload, args.full_step)
             stock = m["stock"]
             print(
                 f"{workload:>8} {waiting:>7} {stock['step_us']:>9.1f} "
