@@ -309,3 +309,22 @@ def test_the_dispatched_batch_reuses_the_prediction_made_while_planning(linear):
     other.add_decode(10)
     assert rule.dispatched(other)["lprs_model_ms"] == pytest.approx(expected + 0.15)
     assert counting.calls == calls + 1
+
+
+def test_a_long_waiting_queue_is_pulled_only_as_far_as_the_budget_reaches(linear):
+    pulled = []
+
+    def waiting():
+        for i in range(10**6):
+            pulled.append(i)
+            yield RequestView(f"w{i}", float(i), 10)
+
+    for target in (1000.0, 10.0):  # not binding: 10 tokens each; binding: 1 token each
+        pulled.clear()
+        rule = _rule(linear, target)
+        rule.begin_step([], 256, 512)
+        caps = plan_prefill_caps(FCFSPolicy(), [], waiting(), 0, 512, 10**6, 10**9, True,
+                                 rule=rule)
+        # Binding, LPRS alone fragments the budget into one-token chunks: 476 requests.
+        assert sum(caps.values()) == 512 and len(caps) == (52 if target > 100 else 476)
+        assert len(pulled) <= len(caps) + 1, target  # what gets budget, and one to compare

@@ -21,7 +21,9 @@ assumed for it (the batch, the bounds and APC's state are then what the sequenti
 has); at the first one that took something else the rest are dropped, and the next
 candidate that needs predictions starts another call from the true batch. The chunks are
 therefore exactly Algorithm 1's sequential ones (the tests compare them with one call per
-candidate); a step usually makes one or two calls.
+candidate); a step usually makes one call, two when the target binds anew. The batch as
+dispatched, predicted for the bias and the guard, reuses the prediction of the row LPRS
+scored for it when it is that row (``dispatched``), so it needs no call of its own.
 
 Beyond the paper, predictions carry a running bias: each step that returns moves it by
 ``lprs.correction`` of the gap between the measured and the predicted time of the batch
