@@ -197,10 +197,15 @@ class FairSchedulingMixin:
         self, request: Request, num_computed_tokens: int, num_new_tokens: int
     ) -> int:
         caps = self._prefill_caps
-        if caps is not None and not request.has_encoder_inputs:
-            if request.request_id in caps:
-                num_new_tokens = min(num_new_tokens, caps[request.request_id])
-            elif self._chunk_rule is not None and request.status != RequestStatus.RUNNING:
+        if caps is not None:
+            # Called for every scheduled request, decodes included: the dict lookup comes
+            # before the (property) encoder check, which only planned requests need.
+            cap = caps.get(request.request_id)
+            if cap is not None:
+                if not request.has_encoder_inputs:
+                    num_new_tokens = min(num_new_tokens, cap)
+            elif (self._chunk_rule is not None and request.status != RequestStatus.RUNNING
+                  and not request.has_encoder_inputs):
                 num_new_tokens = 0  # a chunk rule's plan is exclusive: not planned, not admitted
         return super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
 
