@@ -77,3 +77,8 @@ def test_arm_parameters_may_be_top_level_or_dotted_config_keys():
     dotted = parse_arm("guarded-srpf:slack=2:apc.min_chunk=32")
     assert dotted.env["FAIRSCHED_GUARDED_SRPF_SLACK"] == "2"
     assert dotted.env["FAIRSCHED_APC_MIN_CHUNK"] == "32"
+
+
+def test_an_arm_can_turn_the_trace_off():
+    arm = parse_arm("fcfs:trace_path=")
+    assert arm.env["FAIRSCHED_TRACE_PATH"] == ""

@@ -201,8 +201,8 @@ def run_arm(
     run_dir.mkdir(parents=True, exist_ok=True)
     trace_path = run_dir / "trace.jsonl"
     env = {**arm.env, **DEV_MODE_ENV}
-    if arm.engine_args:
-        env["FAIRSCHED_TRACE_PATH"] = str(trace_path.resolve())
+    if arm.engine_args:  # a plugin arm: trace it, unless the arm says otherwise
+        env.setdefault("FAIRSCHED_TRACE_PATH", str(trace_path.resolve()))
     args = [*engine.args(), *arm.engine_args]
     runs = []
     single = len(cases) == 1
