@@ -178,9 +178,8 @@ class FairSchedulingMixin:
     def add_request(self, request: Request) -> None:
         policy = self.fairsched_policy
         if policy.uses_deadlines:
-            backlog = (self.waiting.work + self.kv_holding_waiting.work
-                       + self._running_prefill_work)
-            self._deadlines[request.request_id] = policy.deadline(request.arrival_time, backlog)
+            self._deadlines[request.request_id] = policy.deadline(request.arrival_time,
+                                                                  self._backlog())
         super().add_request(request)
         if policy.tracks_service:
             policy.observe_arrival(request_view(request))
@@ -286,15 +285,23 @@ class FairSchedulingMixin:
         self.fairsched_policy.observe_step(step["prefill_tokens"], step["step_time_s"],
                                            saturated)
 
+    def _backlog(self) -> int:
+        """Prefill tokens queued: the waiting queues' work and the running prefills' rest
+        (as of the last planned step)."""
+        return self.waiting.work + self.kv_holding_waiting.work + self._running_prefill_work
+
+    def _deadline(self, request: Request) -> float:
+        return self._deadlines.get(request.request_id, math.inf)
+
     def _view(self, request: Request) -> RequestView:
-        return request_view(request, self._deadlines.get(request.request_id, math.inf))
+        return request_view(request, self._deadline(request))
 
     def _make_queue(self) -> PolicyRequestQueue:
         if not self.fairsched_policy.uses_deadlines:
             return PolicyRequestQueue(self._waiting_key)
         return PolicyRequestQueue(
             self._waiting_key,
-            deadline=lambda request: self._deadlines.get(request.request_id, math.inf),
+            deadline=self._deadline,
             clock=lambda: self._now,
             work=prefill_work,
         )
@@ -342,8 +349,7 @@ class FairSchedulingMixin:
         prefills = [r for r in self.running if r.is_prefill_chunk]
         if policy.uses_deadlines:
             self._running_prefill_work = sum(prefill_work(r) for r in prefills)
-            policy.observe_backlog(self._now, self.waiting.work + self.kv_holding_waiting.work
-                                   + self._running_prefill_work)
+            policy.observe_backlog(self._now, self._backlog())
         for request in prefills:
             if request.request_id not in views:
                 views[request.request_id] = self._view(request)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .workloads import WorkloadRequest, vllm_custom_rows
+from .workloads import WorkloadRequest, write_vllm_custom
 
 RESULT_FILE = "vllm-bench.json"
 METRICS = {
@@ -63,7 +63,7 @@ def run(base_url: str, model: str, tokenizer: str, case: Sequence[WorkloadReques
     :data:`METRICS`. Its output goes to ``run_dir/vllm-bench.log``; a failure raises with
     the log's path, since a missing second opinion must not pass unnoticed."""
     dataset = run_dir / "case-vllm.jsonl"
-    dataset.write_text("".join(json.dumps(row) + "\n" for row in vllm_custom_rows(case)))
+    write_vllm_custom(dataset, case)
     log = run_dir / "vllm-bench.log"
     cmd = command(base_url, model, tokenizer, dataset, len(case), mean_rate(case), run_dir)
     with open(log, "w") as out:

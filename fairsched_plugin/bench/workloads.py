@@ -879,15 +879,22 @@ def vllm_custom_rows(requests: Sequence[WorkloadRequest]) -> list[dict[str, Any]
     return [{"prompt": r.prompt, "output_tokens": r.output_tokens} for r in requests]
 
 
+def write_vllm_custom(path: Path, requests: Sequence[WorkloadRequest]) -> int:
+    """Write ``requests`` as ``vllm bench serve``'s custom dataset (JSON Lines); returns
+    how many rows were written."""
+    rows = vllm_custom_rows(requests)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return len(rows)
+
+
 def main_export_vllm(args: argparse.Namespace) -> int:
     """CLI entry: convert a case for ``vllm bench serve``."""
     try:
-        rows = vllm_custom_rows(read_case(args.case))
+        written = write_vllm_custom(args.out, read_case(args.case))
     except (OSError, CaseFormatError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    args.out.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    print(f"wrote {len(rows)} requests to {args.out}")
+    print(f"wrote {written} requests to {args.out}")
     return 0
 
 
