@@ -420,7 +420,7 @@ def paired_ratios(
 
     def figures(entry: Mapping[str, Any]) -> list[float | None] | None:
         if client == "replay":
-            return [_mean_leaf(entry["summary"], path) for _l, path, _k in PAIRED_COLUMNS]
+            return [_stat(entry["summary"], *path) for _l, path, _k in PAIRED_COLUMNS]
         bench = entry.get("vllm_bench")
         return None if bench is None else [bench[key] for _l, _p, key in PAIRED_COLUMNS]
 
@@ -436,15 +436,6 @@ def paired_ratios(
                     [_ratio(mine, ref) for mine, ref in zip(x, y)] for x, y in pairs
                 ]
     return out
-
-
-def _mean_leaf(summary: Mapping[str, Any], path: Sequence[str]) -> float | None:
-    node: Any = summary
-    for key in path:
-        if not isinstance(node, Mapping) or key not in node:
-            return None
-        node = node[key]
-    return node if isinstance(node, (int, float)) else None
 
 
 def _median_and_range(values: Sequence[float | None]) -> str:

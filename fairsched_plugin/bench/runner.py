@@ -147,11 +147,11 @@ WARM_UP_REQUESTS = 64
 
 
 def warm_up(base_url: str, model: str, cases: Sequence[Any]) -> None:
-    """A burst of the case's own prompts before measuring. A fresh CPU engine runs every
-    batch shape slowly the first time it meets it (the first replay after start-up took
-    1.5x as long per step and gave 8x the median TTFT of the same case replayed next), so
-    the burst, up to 64 prompts at once with 16 output tokens each, walks the engine through
-    prefill chunks and decode batches of many sizes."""
+    """A burst of the case's own prompts before measuring: up to 64 prompts at once with
+    16 output tokens each, so the fresh engine has met prefill chunks and decode batches of
+    many sizes before the clock runs. (The large first-replay slowdown once blamed on a cold
+    engine turned out to be the prefix cache, which :func:`reset_prefix_cache` handles; how
+    much a cold engine alone costs was not measured.)"""
     step = max(len(cases) // WARM_UP_REQUESTS, 1)
     warm = list(cases)[::step][:WARM_UP_REQUESTS]
     replay(base_url, model, [_at_zero(case) for case in warm], show_progress=False)
