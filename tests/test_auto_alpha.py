@@ -6,7 +6,6 @@ import pytest
 
 from fairsched_plugin.config import AUTO, ConfigError, load_config
 from fairsched_plugin.policies import AgingPolicy, AutoAlpha, PrefillRateEstimator, make_policy
-from fairsched_plugin.policies.auto_alpha import UNCALIBRATED_ALPHA
 from fairsched_plugin.policies.base import RequestView
 
 
@@ -32,7 +31,7 @@ def test_rate_is_a_ratio_of_weighted_sums():
 def test_alpha_follows_the_rate_only_beyond_the_tolerance():
     auto = AutoAlpha(0.5, PrefillRateEstimator(min_steps=2, half_life_steps=1e9), tolerance=0.2)
     assert auto.observe(150, 0.1) is None  # not calibrated yet
-    assert auto.alpha == UNCALIBRATED_ALPHA
+    assert auto.alpha is None
     assert auto.observe(150, 0.1) == pytest.approx(0.5 * 1500)
     # 1,650 tokens/s overall after this step: alpha would be 825, within 20% of 750.
     assert auto.observe(195, 0.1) is None
@@ -55,11 +54,17 @@ def test_config_accepts_auto_and_makes_an_uncalibrated_policy():
         {"fairsched": {"policy": "aging", "aging": {"alpha": "Auto", "auto_factor": 0.25}}}, {})
     assert config.aging.alpha == AUTO and config.aging.auto_factor == 0.25
     policy = make_policy(config, epoch=1000.0)
-    assert isinstance(policy, AgingPolicy) and policy.alpha == UNCALIBRATED_ALPHA
-    # Uncalibrated: arrival order, whatever the prompt lengths.
+    assert isinstance(policy, AgingPolicy) and policy.alpha is None
+    # Uncalibrated: arrival order, whatever the prompt lengths, also for a burst whose
+    # requests arrive a fraction of a millisecond apart (a large placeholder alpha
+    # ordered those by prompt length).
     early_long = RequestView("a", 1000.5, 4000)
     late_short = RequestView("b", 1000.6, 10)
-    assert policy.key(early_long) < policy.key(late_short)
+    burst_long = RequestView("c", 1000.7, 8000)
+    burst_short = RequestView("d", 1000.7 + 1e-5, 5)
+    keys = [policy.key(v) for v in (early_long, late_short, burst_long, burst_short)]
+    assert keys == sorted(keys)
+    assert "arrival order" in policy.describe()
 
 
 @pytest.mark.parametrize("bad", [{"alpha": "autox"}, {"auto_factor": 0}, {"auto_factor": "auto"}])
@@ -72,7 +77,7 @@ def test_epoch_changes_no_order_but_keeps_precision():
     """With alpha = 1e6 and wall-clock arrivals (~1.7e9 s), the remaining-work term would
     vanish in rounding without the epoch; relative to it, it still breaks ties."""
     now = 1.7e9
-    policy = AgingPolicy(alpha=UNCALIBRATED_ALPHA, beta=-1.0, epoch=now)
+    policy = AgingPolicy(alpha=1e6, beta=-1.0, epoch=now)
     same_time_long = RequestView("a", now + 1.0, 3000)
     same_time_short = RequestView("b", now + 1.0, 10)
     assert policy.value(same_time_short) < policy.value(same_time_long)

@@ -18,7 +18,6 @@ from fairsched_plugin.config import (
     load_config,
 )
 from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, GuardedSRPF, make_policy
-from fairsched_plugin.policies.auto_alpha import UNCALIBRATED_ALPHA
 
 
 def load(additional=None, **env):
@@ -71,7 +70,7 @@ def test_make_policy_from_config():
     policy = make_policy(load(fs({"policy": "aging"})))
     assert isinstance(policy, AgingPolicy)
     # Aging's default alpha is automatic: uncalibrated (arrival order) until measured.
-    assert (policy.alpha, policy.beta) == (UNCALIBRATED_ALPHA, -1.0)
+    assert (policy.alpha, policy.beta) == (None, -1.0)
     assert isinstance(make_policy(load(fs({"policy": "fcfs"}))), FCFSPolicy)
     guarded = make_policy(load(FAIRSCHED_GUARDED_SRPF_SLACK="2.5"))
     assert isinstance(guarded, GuardedSRPF) and guarded.slack == 2.5

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..config import AUTO, FairschedConfig
 from .af_lcb import AFLCBPolicy
 from .aging import AgingPolicy
-from .auto_alpha import UNCALIBRATED_ALPHA, AutoAlpha, PrefillRateEstimator
+from .auto_alpha import AutoAlpha, PrefillRateEstimator
 from .base import OrderingPolicy, Rank, RequestView, SortKey
 from .estf import EstimatedShortestTokensFirst
 from .fcfs import FCFSPolicy
@@ -57,7 +57,7 @@ def make_policy(config: FairschedConfig, epoch: float = 0.0) -> OrderingPolicy:
     if name == "aging":
         alpha = config.aging.alpha
         return AgingPolicy(
-            alpha=UNCALIBRATED_ALPHA if alpha == AUTO else alpha,
+            alpha=None if alpha == AUTO else alpha,
             beta=config.aging.beta,
             epoch=epoch,
         )

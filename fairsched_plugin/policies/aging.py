@@ -7,6 +7,11 @@ second of waiting) and ``beta < 0`` (priority lost per remaining prefill token).
 min-ordered key that is ``-K = alpha * a_i - beta * r_i``. Arrival times are taken
 relative to an ``epoch`` (the order does not change) so that a large alpha times a
 wall-clock time does not swallow the remaining-work term in float rounding.
+
+With the automatic alpha (``policies.auto_alpha``) the policy starts with ``alpha=None``:
+plain arrival order, exactly, until the engine's prefill rate has been measured. (A large
+placeholder alpha is not the same: requests a fraction of a millisecond apart would still
+be ordered by prompt length.)
 """
 
 from __future__ import annotations
@@ -30,13 +35,16 @@ class AgingPolicy(OrderingPolicy):
     orders_decodes = False
 
     def __init__(
-        self, alpha: float = DEFAULT_ALPHA, beta: float = DEFAULT_BETA, epoch: float = 0.0
+        self, alpha: float | None = DEFAULT_ALPHA, beta: float = DEFAULT_BETA,
+        epoch: float = 0.0,
     ) -> None:
         if not (math.isfinite(beta) and beta < 0):
             raise ValueError(f"aging.beta must be a finite number < 0, got {beta!r}")
         self.beta = beta
         self.epoch = epoch
-        self.set_alpha(alpha)
+        self.alpha: float | None = None
+        if alpha is not None:
+            self.set_alpha(alpha)
 
     def set_alpha(self, alpha: float) -> None:
         """Change alpha; keys taken before are stale, so the caller re-keys its queues."""
@@ -45,10 +53,13 @@ class AgingPolicy(OrderingPolicy):
         self.alpha = alpha
 
     def value(self, view: RequestView) -> float:
+        if self.alpha is None:
+            return view.arrival_time - self.epoch
         return self.alpha * (view.arrival_time - self.epoch) - self.beta * view.remaining_prefill
 
     def priority(self, view: RequestView, now: float) -> float:
         """Eq. 1, the priority itself (larger first); for logs and tests, not for sorting."""
+        assert self.alpha is not None, "alpha is not calibrated yet"
         return self.alpha * (now - view.arrival_time) + self.beta * view.remaining_prefill
 
     def overtake_delay(self, long_remaining: int, short_remaining: int) -> float:
@@ -57,7 +68,10 @@ class AgingPolicy(OrderingPolicy):
 
         From ``K_long >= K_short``: ``a_short - a_long >= -beta * (r_long - r_short) / alpha``.
         """
+        assert self.alpha is not None, "alpha is not calibrated yet"
         return max(-self.beta * (long_remaining - short_remaining) / self.alpha, 0.0)
 
     def describe(self) -> str:
+        if self.alpha is None:
+            return f"aging(alpha uncalibrated: arrival order, beta={self.beta:g})"
         return f"aging(alpha={self.alpha:g}, beta={self.beta:g})"

@@ -9,17 +9,13 @@ any engine, without hand tuning.
 
 Theta is measured online from the engine's own steps (prefill tokens over batch time, for
 steps that carry prefill work, exponentially weighted). Until ``min_steps`` such steps have
-been seen, alpha stays at :data:`UNCALIBRATED_ALPHA`, which orders by arrival: a cold engine
-never favours short prompts on a guess.
+been seen, alpha is None and Aging orders by arrival, exactly: a cold engine never favours
+short prompts on a guess.
 """
 
 from __future__ import annotations
 
 import math
-
-UNCALIBRATED_ALPHA = 1e6
-"""A million tokens per second of wait: arrival order for any real prompt."""
-
 
 class PrefillRateEstimator:
     """Prefill tokens per second of batch time, as a ratio of exponentially weighted sums."""
@@ -59,7 +55,7 @@ class AutoAlpha:
         self.factor = factor
         self.estimator = estimator
         self.tolerance = tolerance
-        self.alpha = UNCALIBRATED_ALPHA
+        self.alpha: float | None = None
 
     def observe(self, prefill_tokens: int, step_time_s: float | None) -> float | None:
         """Feed one step; returns the new alpha when it should change, else None."""
@@ -68,7 +64,7 @@ class AutoAlpha:
         if rate is None:
             return None
         target = self.factor * rate
-        if abs(target - self.alpha) <= self.tolerance * self.alpha:
+        if self.alpha is not None and abs(target - self.alpha) <= self.tolerance * self.alpha:
             return None
         self.alpha = target
         return target
