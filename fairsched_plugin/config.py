@@ -148,6 +148,7 @@ class FairschedConfig:
     service: str = "budget"
     max_batch_size: int = 16
     decodes_first: bool = False
+    prefix_aware: bool = True
     guarded_srpf: GuardedSRPFConfig = field(default_factory=GuardedSRPFConfig)
     aging: AgingConfig = field(default_factory=AgingConfig)
     aging_spf: AgingSPFConfig = field(default_factory=AgingSPFConfig)
@@ -206,6 +207,9 @@ KEYS: tuple[_Key, ...] = (
          "true or false (seed 000's service: every step serves the running decodes before "
          "any partial prefill, and orders partial prefills by the policy; false keeps "
          "vLLM's running order and only caps prefills)"),
+    _Key("prefix_aware", bool,
+         "true or false (a waiting request's remaining prefill is its part not in vLLM's "
+         "prefix cache, looked up when it enters the queue; false counts the whole prompt)"),
     _Key("guarded_srpf.slack", float,
          "a finite number > 0 (a request is overdue after slack times the larger of its FCFS "
          "wait and the largest FCFS wait of the window)", _positive),

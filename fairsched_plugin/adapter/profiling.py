@@ -48,19 +48,22 @@ class StepProfiler:
         self.memory = memory
 
     @classmethod
-    def for_scheduler(cls, scheduler: Any, config: ProfileConfig, vllm_config: Any) -> StepProfiler:
-        """Memory from the configured provider; the KV-cache one reads the scheduler's
-        block pool (used and free blocks times the bytes a block takes over all layers)."""
+    def for_scheduler(cls, scheduler: Any, config: ProfileConfig, vllm_config: Any,
+                      path: str) -> StepProfiler:
+        """Rows to ``path`` (``config.path``, suffixed per engine core under data
+        parallelism). Memory from the configured provider; the KV-cache one reads the
+        scheduler's block pool (used and free blocks times the bytes a block takes over
+        all layers)."""
         memory = make_memory_provider(config.memory, kv_state_reader(scheduler))
         sched = vllm_config.scheduler_config
-        writer = ProfileWriter(config.path, memory.name, {
+        writer = ProfileWriter(path, memory.name, {
             "model": vllm_config.model_config.model,
             "max_num_batched_tokens": sched.max_num_batched_tokens,
             "max_num_seqs": sched.max_num_seqs,
             "block_size": scheduler.block_size,
         })
         logger.info("fairsched: profiling every step to %s (memory provider %s)",
-                    config.path, memory.name)
+                    path, memory.name)
         return cls(writer, memory)
 
     def features(self, batch: BatchStats) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import closing
 
 from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.request import Request
@@ -195,3 +196,90 @@ class PolicyRequestQueue(RequestQueue):
         live = [entry for entry in heap if entry[2] is not _DEAD]
         heapq.heapify(live)
         return live
+
+
+class PriorityLevelQueue(RequestQueue):
+    """vLLM's ``--scheduling-policy priority`` composed with a policy: the request's
+    priority orders first (smaller first, as in vLLM), the policy's key within a level.
+
+    One :class:`PolicyRequestQueue` per priority level in use, so each level keeps its
+    own heaps (and overdue lane): a deadline never lifts a request above a better
+    priority, and nothing is re-keyed when levels come and go.
+    """
+
+    def __init__(self, make_level: Callable[[], PolicyRequestQueue]) -> None:
+        self._make_level = make_level
+        self._levels: dict[int, PolicyRequestQueue] = {}
+        self._order: list[int] = []
+
+    @property
+    def work(self) -> int:
+        return sum(level.work for level in self._levels.values())
+
+    def add_request(self, request: Request) -> None:
+        level = self._levels.get(request.priority)
+        if level is None:
+            level = self._levels[request.priority] = self._make_level()
+            self._order = sorted(self._levels)
+        level.add_request(request)
+
+    def pop_request(self) -> Request:
+        level, queue = self._head()
+        request = queue.pop_request()
+        self._drop_if_empty(level)
+        return request
+
+    def peek_request(self) -> Request:
+        return self._head()[1].peek_request()
+
+    def prepend_request(self, request: Request) -> None:
+        self.add_request(request)
+
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        for request in requests:
+            self.add_request(request)
+
+    def remove_request(self, request: Request) -> None:
+        queue = self._levels.get(request.priority)
+        if queue is None:
+            raise ValueError(f"request {request.request_id} is not waiting")
+        queue.remove_request(request)
+        self._drop_if_empty(request.priority)
+
+    def remove_requests(self, requests: Iterable[Request]) -> None:
+        for request in requests:
+            queue = self._levels.get(request.priority)
+            if queue is not None:
+                queue.remove_requests((request,))
+                self._drop_if_empty(request.priority)
+
+    def __bool__(self) -> bool:
+        return bool(self._levels)
+
+    def __len__(self) -> int:
+        return sum(len(level) for level in self._levels.values())
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(list(self.iter_in_order()))
+
+    def iter_in_order(self) -> Generator[Request, None, None]:
+        """Levels in priority order, each in its own order (see
+        :meth:`PolicyRequestQueue.iter_in_order`; the same rules about closing)."""
+        for level in list(self._order):
+            with closing(self._levels[level].iter_in_order()) as requests:
+                yield from requests
+
+    def rekey(self) -> None:
+        for level in self._levels.values():
+            level.rekey()
+
+    def _head(self) -> tuple[int, PolicyRequestQueue]:
+        if not self._order:
+            raise IndexError("the queue is empty")
+        level = self._order[0]
+        return level, self._levels[level]
+
+    def _drop_if_empty(self, level: int) -> None:
+        if not self._levels[level]:
+            del self._levels[level]
+            self._order.remove(level)

@@ -20,6 +20,17 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
    returns ``min(n, cap)`` for running partial prefills (0 skips one for this step), and
    the waiting queue, a heap on the same key, admits in policy order.
 
+The plan sees only the waiting requests vLLM's loop can admit this step
+(``adapter.admission``: pause states, blocked and stale requests, LoRA slots), models
+vLLM's per-request bounds (long-prefill threshold, draft slots, in-flight decodes), and
+is never exclusive: a request it has no cap for takes what budget is left, as in stock
+vLLM. A waiting request's remaining work is its uncached part (a side-effect-free lookup
+in the prefix cache when it enters the queue). Under ``--scheduling-policy priority``,
+vLLM's priority orders first and the policy within a priority.
+
+An error in the plugin's own per-step work (ordering, hiding, planning, memory reads, the
+trace) degrades that step to vLLM's own behaviour and is logged once per place.
+
 ``fcfs`` is vLLM's own order, so steps 3 and 4 are skipped for it: it is an exact
 control arm against stock vLLM. A policy with deadlines (``guarded-srpf``) gets each
 request's deadline when it arrives, from the prefill work queued ahead of it, the recent
@@ -47,6 +58,7 @@ from typing import Any
 import vllm
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
@@ -62,10 +74,13 @@ from ..policies import (
     plan_prefill_caps,
     ranked_service,
 )
+from ..policies.plan import ChunkLimits, step_rank
+from .admission import LoraSlots, admissible, admitting_queues, free_running_slots, pause_state
+from .admission import PAUSED_ALL
 from .compat import check_scheduler_hooks, check_scheduler_state, check_vllm_version
 from .chunking import LatencyChunkRule
 from .profiling import StepProfiler, kv_state_reader
-from .queue import PolicyRequestQueue
+from .queue import PolicyRequestQueue, PriorityLevelQueue
 from .steps import StepMonitor
 
 # A child of "vllm": start-up lines appear in vLLM's own log stream and format.
@@ -76,7 +91,8 @@ COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPE
 request's is not)."""
 
 
-def request_view(request: Request, deadline: float = math.inf) -> RequestView:
+def request_view(request: Request, deadline: float = math.inf,
+                 cached_tokens: int = 0) -> RequestView:
     """The policy layer's copy of a vLLM request."""
     return RequestView(
         request_id=request.request_id,
@@ -87,6 +103,7 @@ def request_view(request: Request, deadline: float = math.inf) -> RequestView:
         max_tokens=request.max_tokens,
         priority=request.priority,
         deadline=deadline,
+        cached_tokens=cached_tokens,
     )
 
 
@@ -96,12 +113,27 @@ def prefill_work(request: Request) -> int:
 
 
 def has_prefill_work(request: Request, num_computed_tokens: int) -> bool:
-    """More than one token left to compute: a (re)prefill, not a decode step.
+    """Whether the next tokens after ``num_computed_tokens`` are prefill, not a decode.
 
-    A decode computes the one token sampled last; under async scheduling its in-flight
-    token is already counted, leaving zero. Speculative tokens are not in ``num_tokens``.
+    Prompt tokens are left (even one: the prompt's last chunk), or more than one token
+    (a preempted request recomputing its output). A decode computes the one token
+    sampled last; under async scheduling its in-flight token is already counted,
+    leaving zero. Speculative tokens are not in ``num_tokens``.
     """
-    return request.num_tokens - num_computed_tokens > 1
+    return (num_computed_tokens < request.num_prompt_tokens
+            or request.num_tokens - num_computed_tokens > 1)
+
+
+def per_engine_path(path: str, parallel_config: Any) -> str:
+    """``path`` with the data-parallel rank before its suffix when several engine cores
+    run (``trace.jsonl`` -> ``trace.dp1.jsonl``), so their files do not collide."""
+    if getattr(parallel_config, "data_parallel_size", 1) <= 1:
+        return path
+    rank = getattr(parallel_config, "data_parallel_rank", 0)
+    stem, dot, suffix = path.rpartition(".")
+    if not dot or "/" in suffix:
+        return f"{path}.dp{rank}"
+    return f"{stem}.dp{rank}.{suffix}"
 
 
 def _vllm_config_of(args: tuple, kwargs: dict) -> Any:
@@ -123,7 +155,10 @@ class FairSchedulingMixin:
         policy = self.fairsched_policy
         self._now = time.time()
         self._deadlines: dict[str, float] = {}
+        self._cached_prefix: dict[str, int] = {}
+        self._failures: dict[str, int] = {}
         self._running_prefill_work = 0
+        self._by_priority = self.policy == SchedulingPolicy.PRIORITY
         if not policy.follows_vllm_order:
             self.waiting = self._make_queue()
             self.kv_holding_waiting = self._make_queue()
@@ -142,17 +177,34 @@ class FairSchedulingMixin:
         if self._chunk_rule is not None and self._chunk_rule.observes_steps:
             listeners.append(self._chunk_rule.observe_step)
         self._profiler: StepProfiler | None = None
+        parallel = vllm_config.parallel_config
         if config.profile.path:
-            self._profiler = StepProfiler.for_scheduler(self, config.profile, vllm_config)
+            self._profiler = StepProfiler.for_scheduler(
+                self, config.profile, vllm_config, per_engine_path(config.profile.path, parallel))
             listeners.append(self._profiler.on_step)
-        self._steps = (
-            StepMonitor(config.trace_path, listeners)
-            if config.trace_path or listeners
-            else None
-        )
+        trace_path = per_engine_path(config.trace_path, parallel) if config.trace_path else None
+        self._steps = StepMonitor(trace_path, listeners) if trace_path or listeners else None
         self._log_active(vllm_config)
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        max_active = self.max_num_active_reqs
+        try:
+            self._prepare_step(throttle_prefills)
+        except Exception:
+            # vLLM's own behaviour for this step: nothing hidden, capped or limited.
+            self._prefill_caps = None
+            self.max_num_active_reqs = max_active
+            self._restore_hidden()
+            self._degrade("planning")
+        try:
+            return super().schedule(throttle_prefills)
+        finally:
+            self._prefill_caps = None
+            self.max_num_active_reqs = max_active
+            self._restore_hidden()
+
+    def _prepare_step(self, throttle_prefills: bool) -> None:
+        """The plugin's part of a step, before vLLM's loop: refresh, hide, plan."""
         policy = self.fairsched_policy
         self._now = time.time()
         if policy.dynamic and policy.refresh(self._now, self.get_kv_cache_usage()):
@@ -163,17 +215,23 @@ class FairSchedulingMixin:
             if self._ranked or policy.orders_decodes
             else {}
         )
-        max_active = self.max_num_active_reqs
-        try:
-            if self._ranked:
-                self._hidden = self._hide_unranked(views)
-            self._prefill_caps = self._plan_step(views)
-            return super().schedule(throttle_prefills)
-        finally:
-            self._prefill_caps = None
-            self.max_num_active_reqs = max_active
-            self.running.extend(self._hidden)
-            self._hidden = []
+        if self._ranked:
+            self._hide_unranked(views)
+        self._prefill_caps = self._plan_step(views, throttle_prefills)
+
+    def _restore_hidden(self) -> None:
+        self.running.extend(self._hidden)
+        self._hidden = []
+
+    def _degrade(self, where: str) -> None:
+        """Log the exception being handled the first time ``where`` fails, count it
+        after that (a failing step repeats every few milliseconds)."""
+        count = self._failures.get(where, 0) + 1
+        self._failures[where] = count
+        if count == 1:
+            logger.exception(
+                "fairsched: %s failed; this step runs as stock vLLM would, and so will "
+                "later steps that fail there (logged once)", where)
 
     def add_request(self, request: Request) -> None:
         policy = self.fairsched_policy
@@ -190,6 +248,7 @@ class FairSchedulingMixin:
         if self._chunk_rule is not None:
             self._chunk_rule.forget(request.request_id)
         self._deadlines.pop(request.request_id, None)
+        self._cached_prefix.pop(request.request_id, None)
         return super()._free_request(request, *args, **kwargs)
 
     def _reserve_prefill_lookahead(
@@ -198,14 +257,15 @@ class FairSchedulingMixin:
         caps = self._prefill_caps
         if caps is not None:
             # Called for every scheduled request, decodes included: the dict lookup comes
-            # before the (property) encoder check, which only planned requests need.
+            # first. A cap applies to real prefill work only: never to a decode, nor to a
+            # request vLLM padded beyond its work (a new decode padded to 1 + k for
+            # speculative decoding must keep every row).
             cap = caps.get(request.request_id)
-            if cap is not None:
-                if not request.has_encoder_inputs:
-                    num_new_tokens = min(num_new_tokens, cap)
-            elif (self._chunk_rule is not None and request.status != RequestStatus.RUNNING
-                  and not request.has_encoder_inputs):
-                num_new_tokens = 0  # a chunk rule's plan is exclusive: not planned, not admitted
+            if (cap is not None and cap < num_new_tokens
+                    and num_new_tokens <= request.num_tokens - num_computed_tokens
+                    and has_prefill_work(request, num_computed_tokens)
+                    and not request.has_encoder_inputs):
+                num_new_tokens = cap
         return super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
@@ -215,8 +275,31 @@ class FairSchedulingMixin:
         if self._steps is None:
             super()._update_after_schedule(scheduler_output)
             return
-        # Before vLLM advances num_computed_tokens: which requests were prefilling, and
-        # which of them this step finishes.
+        try:
+            record = self._step_record(scheduler_output)
+        except Exception:
+            record = None
+            self._degrade("the step trace")
+        super()._update_after_schedule(scheduler_output)
+        if record is None:
+            return
+        prefill_ids, finished, admitted, extra = record
+        try:
+            self._steps.on_dispatch(
+                scheduler_output, prefill_ids, finished, admitted,
+                num_running=len(self.running) + len(self._hidden),
+                num_waiting=len(self.waiting) + len(self.kv_holding_waiting),
+                extra=extra,
+            )
+        except Exception:
+            self._degrade("the step trace")
+
+    def _step_record(
+        self, scheduler_output: SchedulerOutput
+    ) -> tuple[set[str], list[str], list[str], dict[str, Any]]:
+        """What the step trace needs from before vLLM advances ``num_computed_tokens``:
+        which requests were prefilling, which of them this step finishes, who was
+        admitted, and the extra fields (profile features, chunk-rule records)."""
         prefill_ids: set[str] = set()
         finished: list[str] = []
         lprs_on = self._chunk_rule is not None and self._chunk_rule.params is not None
@@ -237,20 +320,15 @@ class FairSchedulingMixin:
             extra.update(self._chunk_rule.step_record())
             if batch is not None and lprs_on:
                 extra.update(self._chunk_rule.dispatched(batch))
-        super()._update_after_schedule(scheduler_output)
-        self._steps.on_dispatch(
-            scheduler_output,
-            prefill_ids,
-            finished,
-            [new.req_id for new in scheduler_output.scheduled_new_reqs],
-            num_running=len(self.running) + len(self._hidden),
-            num_waiting=len(self.waiting) + len(self.kv_holding_waiting),
-            extra=extra,
-        )
+        return (prefill_ids, finished,
+                [new.req_id for new in scheduler_output.scheduled_new_reqs], extra)
 
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any):
         if self._steps is not None:
-            self._steps.on_output(scheduler_output)
+            try:
+                self._steps.on_output(scheduler_output)
+            except Exception:
+                self._degrade("the step trace and its listeners")
         return super().update_from_output(scheduler_output, model_runner_output)
 
     def shutdown(self) -> None:
@@ -294,26 +372,65 @@ class FairSchedulingMixin:
         return self._deadlines.get(request.request_id, math.inf)
 
     def _view(self, request: Request) -> RequestView:
-        return request_view(request, self._deadline(request))
+        return request_view(request, self._deadline(request), self._cached_tokens(request))
 
-    def _make_queue(self) -> PolicyRequestQueue:
+    def _cached_tokens(self, request: Request) -> int:
+        """A waiting request's prompt prefix in the prefix cache, as of when it entered
+        the waiting queue (looked up then, see :meth:`_lookup_cached`); 0 for a request
+        with computed tokens, whose blocks are its own."""
+        if request.num_computed_tokens > 0:
+            return 0
+        cached = self._cached_prefix.get(request.request_id)
+        if cached is None:
+            cached = self._lookup_cached(request)
+        return cached
+
+    def _lookup_cached(self, request: Request) -> int:
+        """How many of the request's tokens vLLM's waiting loop would find cached now.
+
+        The coordinator's ``find_longest_cache_hit`` is the lookup vLLM's own
+        ``get_computed_blocks`` makes, without its side effects (prefix-cache stats, KV
+        events, block references); like vLLM it leaves the last token to compute."""
+        manager = self.kv_cache_manager
+        cached = 0
+        if (self.fairsched_config.prefix_aware and request.num_computed_tokens == 0
+                and manager.prefix_cache_lookup_enabled(request)):
+            _blocks, cached, *_ = manager.coordinator.find_longest_cache_hit(
+                request.block_hashes, request.num_tokens - 1)
+        self._cached_prefix[request.request_id] = cached
+        return cached
+
+    def _make_queue(self) -> PolicyRequestQueue | PriorityLevelQueue:
+        if self._by_priority:
+            return PriorityLevelQueue(self._make_level_queue)
+        return self._make_level_queue()
+
+    def _make_level_queue(self) -> PolicyRequestQueue:
         if not self.fairsched_policy.uses_deadlines:
             return PolicyRequestQueue(self._waiting_key)
         return PolicyRequestQueue(
             self._waiting_key,
             deadline=self._deadline,
             clock=lambda: self._now,
-            work=prefill_work,
+            work=self._waiting_work,
         )
 
     def _waiting_key(self, request: Request):
+        """A request's key as it enters a waiting queue (new, skipped or preempted): the
+        prefix-cache lookup is taken again, since a preempted request's blocks may now
+        be cached."""
+        self._lookup_cached(request)
         return self.fairsched_policy.key(self._view(request))
 
-    def _hide_unranked(self, views: dict[str, RequestView]) -> list[Request]:
+    def _waiting_work(self, request: Request) -> int:
+        return self._view(request).remaining_prefill
+
+    def _hide_unranked(self, views: dict[str, RequestView]) -> None:
         """Ranked service: keep in ``self.running`` only the running requests in the top
-        ``max_batch_size``, cap admissions at the waiting ones in it, and return the rest
-        (put back after the step). Under KV pressure the worst-ranked hidden requests are
-        preempted, so the served ones can always grow."""
+        ``max_batch_size`` and cap admissions at the waiting ones in it; the rest wait in
+        ``self._hidden`` until the step is over (also if anything here fails). Under KV
+        pressure the worst-ranked hidden requests are preempted, so the served ones can
+        always grow."""
         with closing(self._waiting_views()) as waiting:
             step = ranked_service(
                 self.fairsched_policy, views.values(), waiting,
@@ -322,21 +439,23 @@ class FairSchedulingMixin:
         key = self.fairsched_policy.key
         hidden = [r for r in self.running if r.request_id not in step.served_running]
         hidden.sort(key=lambda request: key(views[request.request_id]))
+        self._hidden = hidden
         self.running[:] = [r for r in self.running if r.request_id in step.served_running]
         self.max_num_active_reqs = min(
             self.max_num_active_reqs, len(self.running) + step.admissions
         )
         needed = -(-self.max_num_scheduled_tokens // self.block_size) + len(self.running)
         while hidden and self.kv_cache_manager.block_pool.get_num_free_blocks() < needed:
-            victim = hidden.pop()
             self._preempt_request(
-                victim, time.monotonic(), drop_stale_output=self.requires_kv_delivery
+                hidden[-1], time.monotonic(), drop_stale_output=self.requires_kv_delivery
             )
-        return hidden
+            hidden.pop()
 
-    def _plan_step(self, views: dict[str, RequestView]) -> dict[str, int] | None:
+    def _plan_step(self, views: dict[str, RequestView],
+                   throttle_prefills: bool = False) -> dict[str, int] | None:
         """Reorder ``self.running`` where asked and return the token caps of its partial
-        prefills; None when vLLM's own loop already serves the policy's order.
+        prefills; None when vLLM's own loop already serves the policy's order, or when
+        vLLM schedules no prefill this step (everything paused, prefills deferred).
 
         ``views`` holds the running requests' views when they were needed already; those
         of partial prefills are added here. Decodes are only counted, not viewed, unless
@@ -346,6 +465,8 @@ class FairSchedulingMixin:
         reorder = self._decodes_first or policy.orders_decodes
         if policy.follows_vllm_order and rule is None and not reorder:
             return None
+        if pause_state(self) == PAUSED_ALL or self._defers_prefills(throttle_prefills):
+            return None
         prefills = [r for r in self.running if r.is_prefill_chunk]
         if policy.uses_deadlines:
             self._running_prefill_work = sum(prefill_work(r) for r in prefills)
@@ -353,28 +474,22 @@ class FairSchedulingMixin:
         for request in prefills:
             if request.request_id not in views:
                 views[request.request_id] = self._view(request)
-        rank = policy.ranker(self._now)
+        rank = step_rank(policy, self._now, self._by_priority)
         prefills.sort(key=lambda request: rank(views[request.request_id]))
-        decodes: list[Request] | None = None
-        if reorder or rule is not None:
-            decodes = [r for r in self.running if not r.is_prefill_chunk]
+        decodes = [r for r in self.running if not r.is_prefill_chunk]
         if reorder:
-            assert decodes is not None
             if policy.orders_decodes:
                 decodes.sort(key=lambda request: rank(views[request.request_id]))
             self.running[:] = decodes + prefills
         if rule is None and not prefills:
             return {}
+        decode_tokens = self._decode_tokens(decodes)
         if rule is not None:
-            assert decodes is not None
-            decode_tokens = self._decode_tokens(decodes)
             rule.begin_step(decode_tokens, self.max_num_active_reqs,
                             self.max_num_scheduled_tokens)
-            decode_total = sum(n for _ctx, n in decode_tokens)
-        else:
-            # An upper bound: a decode takes one token plus at most num_spec_tokens drafts.
-            # Over-reserving only leaves budget to vLLM's waiting loop.
-            decode_total = (len(self.running) - len(prefills)) * (1 + self.num_spec_tokens)
+        limits = self._step_limits()
+        input_budget = (self.scheduler_config.max_num_batched_tokens
+                        - len(decode_tokens) * limits.slot_cost)
         # Closing the generator puts back what it took from the waiting heaps, also
         # when the plan raises.
         with closing(self._waiting_views()) as waiting:
@@ -382,38 +497,65 @@ class FairSchedulingMixin:
                 policy,
                 [views[request.request_id] for request in prefills],
                 waiting,
-                decode_tokens=decode_total,
-                token_budget=self.max_num_scheduled_tokens,
-                free_slots=self.max_num_active_reqs - len(self.running),
+                decode_tokens=sum(n for _ctx, n in decode_tokens),
+                token_budget=min(self.max_num_scheduled_tokens, input_budget),
+                free_slots=free_running_slots(self),
                 free_kv_tokens=self._free_kv_tokens(),
                 full_sequence_must_fit=bool(getattr(self, "scheduler_reserve_full_isl", False)),
                 rule=rule,
                 now=self._now,
+                limits=limits,
+                by_priority=self._by_priority,
             )
 
+    def _defers_prefills(self, throttle_prefills: bool) -> bool:
+        """vLLM's data-parallel prefill balancing: on a throttled step that is not
+        capacity-bound, it defers every prefill while a decode runs."""
+        return (throttle_prefills and not getattr(self, "prefill_capacity_bound", False)
+                and any(not r.is_prefill_chunk for r in self.running))
+
+    def _step_limits(self) -> ChunkLimits:
+        """vLLM's per-request bounds this step: the long-prefill threshold as its loop
+        computes it (off for a lone request, floored at a fair share when adaptive)
+        and the input budget each scheduled request reserves for drafts."""
+        threshold = self.scheduler_config.long_prefill_token_threshold
+        num_running, num_waiting = self.get_request_counts()
+        eligible = num_running + num_waiting
+        if eligible <= 1:
+            threshold = 0
+        elif threshold > 0 and getattr(self, "adaptive_long_prefill_threshold", False):
+            threshold = max(threshold, self.scheduler_config.max_num_batched_tokens // eligible)
+        spec = self.vllm_config.speculative_config
+        slots = getattr(spec, "max_num_new_slots_for_drafting", 0) if spec is not None else 0
+        return ChunkLimits(chunk_limit=threshold, slot_cost=slots)
+
     def _waiting_views(self) -> Generator[RequestView, None, None]:
-        """Waiting candidates in the order vLLM's waiting loop will meet them (under
-        ``fcfs`` the queues are vLLM's own, whose iteration is that order)."""
-        for queue in (self.kv_holding_waiting, self.waiting):
-            if not isinstance(queue, PolicyRequestQueue):
-                yield from map(self._view, queue)
+        """The waiting requests vLLM's waiting loop can admit this step, in the order it
+        will meet them (``adapter.admission``; under ``fcfs`` the queues are vLLM's own,
+        whose iteration is that order)."""
+        loras = LoraSlots(self)
+        for queue in admitting_queues(self):
+            if not isinstance(queue, (PolicyRequestQueue, PriorityLevelQueue)):
+                yield from map(self._view, admissible(self, queue, loras))
                 continue
             with closing(queue.iter_in_order()) as requests:
-                for request in requests:
-                    yield self._view(request)
+                yield from map(self._view, admissible(self, requests, loras))
 
-    @staticmethod
-    def _decode_tokens(decodes: list[Request]) -> list[tuple[int, int]]:
+    def _decode_tokens(self, decodes: list[Request]) -> list[tuple[int, int]]:
         """``(context length, tokens)`` of each decode vLLM's running loop will serve (1
-        plus speculative tokens), leaving out, as vLLM does under async scheduling, a
-        request whose in-flight step already reaches ``max_tokens``."""
+        plus speculative tokens), leaving out, as vLLM does, a request whose in-flight
+        step already reaches ``max_tokens`` (async scheduling) and one whose previous
+        decode is still in the pipeline (pipeline parallelism)."""
         out = []
+        step = self.current_step + 1  # schedule() counts the step before its loop
         for r in decodes:
             placeholders = r.num_output_placeholders
             if (
                 placeholders > 0
                 and r.num_computed_tokens + 2 - placeholders >= r.num_prompt_tokens + r.max_tokens
             ):
+                continue
+            if step < getattr(r, "next_decode_eligible_step", 0):
                 continue
             tokens = max(r.num_tokens_with_spec + placeholders - r.num_computed_tokens, 0)
             out.append((r.num_computed_tokens, tokens))

@@ -23,6 +23,9 @@ class RequestView:
     ``num_tokens`` is prompt plus generated tokens: a preempted request must recompute
     all of them, so its remaining prefill work is ``num_tokens - computed_tokens``.
 
+    ``cached_tokens``: of a waiting request, the prompt prefix vLLM's prefix cache holds
+    (it will not be computed again); its remaining work is the rest.
+
     ``deadline`` is the wall-clock time after which a policy that assigns deadlines
     (``OrderingPolicy.uses_deadlines``) serves the request before any that is not overdue;
     infinite for every other policy.
@@ -36,6 +39,7 @@ class RequestView:
     max_tokens: int | None = None
     priority: int = 0
     deadline: float = math.inf
+    cached_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -43,7 +47,7 @@ class RequestView:
 
     @property
     def remaining_prefill(self) -> int:
-        return max(self.num_tokens - self.computed_tokens, 0)
+        return max(self.num_tokens - max(self.computed_tokens, self.cached_tokens), 0)
 
 
 SortKey = tuple[float, float, str]
