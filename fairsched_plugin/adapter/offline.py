@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from vllm.config import CacheConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
+from vllm.config import (
+    CacheConfig,
+    ModelConfig,
+    ParallelConfig,
+    SchedulerConfig,
+    SpeculativeConfig,
+    VllmConfig,
+)
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -63,8 +70,15 @@ def make_scheduler(
     async_scheduling: bool = True,
     enable_prefix_caching: bool = False,
     additional_config: dict[str, Any] | None = None,
+    scheduling_policy: str = "fcfs",
+    long_prefill_token_threshold: int = 0,
+    ngram_speculative_tokens: int = 0,
 ) -> Scheduler:
-    """A real scheduler of ``scheduler_cls`` over a fake KV cache of ``num_blocks`` blocks."""
+    """A real scheduler of ``scheduler_cls`` over a fake KV cache of ``num_blocks`` blocks.
+
+    ``scheduling_policy`` is vLLM's (``fcfs`` or ``priority``);
+    ``ngram_speculative_tokens`` turns on n-gram speculative decoding with that many
+    draft tokens (no draft model is needed)."""
     model_config = ModelConfig(
         model=str(model_dir), dtype="float32", seed=42, skip_tokenizer_init=True
     )
@@ -72,11 +86,19 @@ def make_scheduler(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
-        long_prefill_token_threshold=0,
+        long_prefill_token_threshold=long_prefill_token_threshold,
         enable_chunked_prefill=True,
         async_scheduling=async_scheduling,
         is_encoder_decoder=False,
+        policy=scheduling_policy,
     )
+    speculative_config = None
+    if ngram_speculative_tokens:
+        speculative_config = SpeculativeConfig(
+            method="ngram", num_speculative_tokens=ngram_speculative_tokens,
+            prompt_lookup_max=3, prompt_lookup_min=2,
+            target_model_config=model_config, target_parallel_config=ParallelConfig(),
+        )
     cache_config = CacheConfig(
         block_size=block_size,
         gpu_memory_utilization=0.9,
@@ -88,6 +110,7 @@ def make_scheduler(
         model_config=model_config,
         cache_config=cache_config,
         parallel_config=ParallelConfig(),
+        speculative_config=speculative_config,
         additional_config=additional_config or {},
     )
     # VllmConfig may turn async scheduling off for this executor; the caller decides.
@@ -125,16 +148,24 @@ def make_request(
     *,
     block_size: int = 16,
     priority: int = 0,
+    prompt_token_ids: list[int] | None = None,
+    sampling_params: SamplingParams | None = None,
 ) -> Request:
-    """A request whose output length is exactly ``max_tokens`` (EOS ignored)."""
+    """A request whose output length is exactly ``max_tokens`` (EOS ignored).
+
+    The prompt is ``prompt_tokens`` ids derived from the request id, unless
+    ``prompt_token_ids`` gives them (to share a prefix between requests);
+    ``sampling_params`` replaces the default ones (for structured output)."""
     global _hash_ready
     if not _hash_ready:
         init_none_hash(sha256)
         _hash_ready = True
     return Request(
         request_id=request_id,
-        prompt_token_ids=[(hash(request_id) + i) % 997 + 2 for i in range(prompt_tokens)],
-        sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+        prompt_token_ids=(prompt_token_ids if prompt_token_ids is not None else
+                          [(hash(request_id) + i) % 997 + 2 for i in range(prompt_tokens)]),
+        sampling_params=sampling_params or SamplingParams(max_tokens=max_tokens,
+                                                          ignore_eos=True),
         pooling_params=None,
         arrival_time=arrival_time,
         priority=priority,
