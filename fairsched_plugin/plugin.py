@@ -3,7 +3,13 @@
 vLLM calls :func:`register` in every process it starts. With ``FAIRSCHED_POLICY`` set and no
 ``--scheduler-cls``, the engine core resolves its scheduler class to fairsched's (async or
 sync to match vLLM's mode, as ``FairScheduler`` itself decides): the switch for deployments whose command line is fixed, such
-as vLLM-Ascend images. Without ``FAIRSCHED_POLICY`` the plugin changes nothing.
+as vLLM-Ascend images. Without ``FAIRSCHED_POLICY`` the scheduler class is left alone.
+
+It also checks the plugin's configuration at launch, in the API server's process, before
+any model is loaded: vLLM builds its engine config there (``EngineArgs.create_engine_config``)
+after loading general plugins, so a bad key or value stops ``vllm serve`` within seconds,
+with the same message the scheduler would give once the engine had started (which it
+still does, for engines built without the API server).
 """
 
 from __future__ import annotations
@@ -23,16 +29,46 @@ _OWN_CLASSES = (ASYNC_CLASS, SYNC_CLASS, "fairsched_plugin.adapter.scheduler.Fai
 
 
 def register() -> None:
-    """Install the environment switch; a no-op unless ``FAIRSCHED_POLICY`` is set."""
+    """Install the launch-time configuration check and, with ``FAIRSCHED_POLICY`` set,
+    the environment switch."""
+    _check_config_at_launch()
     if POLICY_ENV not in os.environ:
         return
     try:
         load_config(None)
     except ConfigError as exc:
-        # vLLM only logs a plugin's exceptions; the scheduler raises this again at
-        # engine start-up, which does stop the server.
+        # vLLM only logs a plugin's exceptions; the launch check below raises it again
+        # when the engine config is built, which does stop the server.
         logger.error("%s", exc)
     _route_default_scheduler()
+
+
+def uses_fairsched(scheduler_cls: object) -> bool:
+    """Whether a launch will run fairsched's scheduler: named on the command line, or
+    switched on by the environment with no other class named."""
+    if scheduler_cls is None:
+        return POLICY_ENV in os.environ
+    name = scheduler_cls if isinstance(scheduler_cls, str) else (
+        f"{getattr(scheduler_cls, '__module__', '')}.{getattr(scheduler_cls, '__qualname__', '')}")
+    return name.startswith("fairsched_plugin.")
+
+
+def _check_config_at_launch() -> None:
+    """Wrap ``EngineArgs.create_engine_config`` so that a launch that uses fairsched
+    validates its configuration first (fails with :class:`ConfigError`)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    original = EngineArgs.create_engine_config
+    if getattr(original, "_fairsched_checked", False):
+        return
+
+    def create_engine_config(self: EngineArgs, *args: object, **kwargs: object):
+        if uses_fairsched(self.scheduler_cls):
+            load_config(self.additional_config)
+        return original(self, *args, **kwargs)
+
+    create_engine_config._fairsched_checked = True  # type: ignore[attr-defined]
+    EngineArgs.create_engine_config = create_engine_config
 
 
 def _route_default_scheduler() -> None:

@@ -98,3 +98,5 @@ def test_bad_config_stops_start_up(tiny_model: Path, tmp_path: Path, extra_args,
     )
     assert code not in (0, None), "the server must exit by itself, with an error"
     assert message in log
+    # Stopped by the launch check in the API server, before an engine core started.
+    assert "EngineCore" not in log and "load model" not in log.lower()
