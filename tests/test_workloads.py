@@ -65,17 +65,30 @@ def conversation(i: int, prompt: str, response: str) -> dict:
 
 def synthetic_records() -> list[dict]:
     """150 short, 80 medium and 40 long prompts (about one token per word), each with
-    a unique first word run so that no two prompts are equal."""
+    a unique first word run so that no two prompts are equal, then 30 three-turn chats
+    of short prompts."""
     rng = random.Random(0)
     lengths = (
         [rng.randint(5, 80) for _ in range(150)]
         + [rng.randint(200, 700) for _ in range(80)]
         + [rng.randint(1300, 1800) for _ in range(40)]
     )
-    return [
+    single = [
         conversation(i, f"case {i}: " + text(rng, n), text(rng, rng.randint(20, 110)))
         for i, n in enumerate(lengths)
     ]
+    return single + [multi_turn_conversation(len(single) + i, rng) for i in range(30)]
+
+
+def multi_turn_conversation(i: int, rng: random.Random, turns: int = 3) -> dict:
+    """A chat of ``turns`` short user turns, each answered (for the multi_turn workload)."""
+    return {
+        "id": f"c{i}",
+        "conversations": [
+            {"from": who, "value": f"chat {i} turn {k} {who}: " + text(rng, rng.randint(5, 40))}
+            for k in range(turns) for who in ("human", "gpt")
+        ],
+    }
 
 
 @pytest.fixture(scope="session")
@@ -94,8 +107,8 @@ def write_sharegpt(path: Path, records: list) -> Path:
 
 
 def test_synthetic_pool_has_every_class(pool: PairPool) -> None:
-    assert pool.stats.kept == len(pool.pairs) == 270
-    assert pool.class_counts() == {"short": 150, "medium": 80, "long": 40}
+    assert pool.stats.kept == len(pool.pairs) == 270 + 30 * 3
+    assert pool.class_counts() == {"short": 150 + 30 * 3, "medium": 80, "long": 40}
 
 
 def test_filters_and_drop_reasons(tmp_path: Path, tiny_model: Path) -> None:
@@ -432,3 +445,17 @@ def test_export_for_vllm_bench_serve_keeps_prompt_and_output_length(tmp_path):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows == [{"prompt": "hello there", "output_tokens": 7},
                     {"prompt": "second", "output_tokens": 9}]
+
+
+def test_multi_turn_resends_each_turns_history(pool: PairPool) -> None:
+    case = build_workload("multi_turn", pool, seed=3, num_requests=60, rate_scale=0.5)
+    by_conversation: dict[str, list[WorkloadRequest]] = {}
+    for request in case:
+        by_conversation.setdefault(request.prompt.split(" turn ")[0], []).append(request)
+    assert max(len(turns) for turns in by_conversation.values()) == 3
+    for turns in by_conversation.values():
+        for before, after in zip(turns, turns[1:]):
+            assert after.prompt.startswith(before.prompt)  # the history, resent
+            assert after.prompt_tokens > before.prompt_tokens
+            assert after.arrival_s - before.arrival_s == pytest.approx(3.0 / 0.5)
+    assert all(r.prompt.endswith("Assistant:") for r in case)

@@ -114,6 +114,9 @@ class PairPool:
     tokenizer: str
     """Path of the model directory or tokenizer.json; workloads that re-tokenize
     (cutting prompts to an exact length) load it from here."""
+    sharegpt: str | None = None
+    """The ShareGPT file the pairs were read from (None: the packaged one); workloads
+    that need whole conversations (``multi_turn``) read them from here."""
 
     def class_counts(self) -> dict[str, int]:
         counts = dict.fromkeys(REQUEST_CLASSES, 0)
@@ -183,7 +186,8 @@ def build_pool(
     if tier_weights is not None:
         pairs = assign_tiers(pairs, tier_weights, tier_seed)
     # Absolute, so a saved pool still finds its tokenizer from another directory.
-    return PairPool(pairs, stats, str(Path(tokenizer_path).resolve()))
+    return PairPool(pairs, stats, str(Path(tokenizer_path).resolve()),
+                    str(Path(sharegpt_path).resolve()) if sharegpt_path else None)
 
 
 def _unique_batches(
@@ -261,6 +265,7 @@ def write_pool(path: Path, pool: PairPool) -> None:
         "kind": POOL_KIND,
         "format": POOL_FORMAT,
         "tokenizer": pool.tokenizer,
+        "sharegpt": pool.sharegpt,
         "stats": asdict(pool.stats),
     }
     with open(path, "w", encoding="utf-8") as f:
@@ -278,4 +283,5 @@ def read_pool(path: Path) -> PairPool:
         if header.get("format") != POOL_FORMAT:
             raise ValueError(f"{path}: pool format {header.get('format')}, expected {POOL_FORMAT}")
         pairs = [Pair(**json.loads(line)) for line in f if line.strip()]
-    return PairPool(pairs, PoolStats(**header["stats"]), header["tokenizer"])
+    return PairPool(pairs, PoolStats(**header["stats"]), header["tokenizer"],
+                    header.get("sharegpt"))

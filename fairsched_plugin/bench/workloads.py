@@ -27,6 +27,8 @@ sharegpt_fixed_gap       200    fixed gap 0.1 s                              as 
 apc_mix                  1000   Poisson in phases: 25 % at 10, 50 % at 40,   49 short (30-50
                                 25 % at 10                                   tokens) : 1 long
                                                                              (200-220 tokens)
+multi_turn               300    conversations start Poisson 2; each next     each turn resends
+                                turn 3 s after the previous one              its history
 =======================  =====  ===========================================  ====================
 
 The first eight are seed 002's categories (section 5.1: steady short, steady mixed,
@@ -36,7 +38,12 @@ random spacing inside). The last two are seed 000's (section 4.1): ShareGPT at a
 0.1 s gap (100 or 200 requests for Aging; 1,000 requests at 0.1 s and 1.0 s for LPRS:
 ``rate_scale=0.1`` turns 0.1 s into 1.0 s) and the APC ablation mix, whose paper gives
 only the 49:1 ratio, the two length ranges and "an arrival rate that changes"; the
-phases above are this project's choice.
+phases above are this project's choice. ``multi_turn`` is this project's, for prefix
+caching: ShareGPT conversations whose turn ``k`` prompt is the conversation up to its
+``k``-th user turn (user and assistant turns, from the packaged ShareGPT file the pool
+was built from), so each turn resends its history and vLLM's prefix cache holds most of
+it. Conversations are drawn in random order, each with its turns until its
+history would pass ``max_history_tokens``, until ``num_requests`` turns are drawn.
 
 Details that hold for every workload:
 
@@ -75,6 +82,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from fairsched_plugin.bench.sharegpt import iter_conversations
 from fairsched_plugin.bench.pairs import (
     DEFAULT_MAX_TOKENS,
     REQUEST_CLASSES,
@@ -408,7 +416,26 @@ class ApcMixParams:
         _positive("short_per_long", self.short_per_long)
 
 
-Params = PoissonParams | BurstyParams | FlashCrowdParams | FixedGapParams | ApcMixParams
+@dataclass(frozen=True)
+class MultiTurnParams:
+    """Conversations starting at ``conversation_rate_per_s`` (Poisson), each turn
+    ``turn_gap_s`` after the one before, at most ``max_turns`` turns and
+    ``max_history_tokens`` prompt tokens per turn."""
+
+    num_requests: int
+    conversation_rate_per_s: float
+    turn_gap_s: float
+    max_turns: int
+    max_history_tokens: int
+
+    def __post_init__(self) -> None:
+        for name in ("num_requests", "conversation_rate_per_s", "turn_gap_s", "max_turns",
+                     "max_history_tokens"):
+            _positive(name, getattr(self, name))
+
+
+Params = (PoissonParams | BurstyParams | FlashCrowdParams | FixedGapParams | ApcMixParams
+          | MultiTurnParams)
 
 # ---------------------------------------------------------------------- pair sampling
 
@@ -517,6 +544,61 @@ def _generate_apc_mix(
         source = _cut_pair(pool.pairs, sources[ranges[i]], used, targets[i], tokenizer)
         cut[i] = replace(source, output_tokens=outputs[i])
     return arrivals, [cut[i] for i in range(params.num_requests)]
+
+
+def _generate_multi_turn(
+    params: MultiTurnParams, pool: PairPool, rng: np.random.Generator
+) -> Generated:
+    turns_of: dict[int, list[Pair]] = {}
+    for pair in pool.pairs:
+        turns_of.setdefault(pair.conversation, []).append(pair)
+    multi = {conv: sorted(turns, key=lambda p: p.turn) for conv, turns in turns_of.items()
+             if len(turns) >= 2}
+    raw = _raw_conversations(set(multi), pool.sharegpt)
+    tokenizer = load_tokenizer(pool.tokenizer)
+    order = sorted(multi)
+    starts = iter(poisson_arrivals(len(order), params.conversation_rate_per_s, rng))
+    requests: list[tuple[float, Pair]] = []
+    for index in rng.permutation(len(order)):
+        if len(requests) >= params.num_requests:
+            break
+        conversation = order[index]
+        start = next(starts)
+        for k, turn in enumerate(multi[conversation][:params.max_turns]):
+            source = raw[conversation]
+            if source[turn.turn].get("value") != turn.prompt:
+                source_name = pool.sharegpt or "the packaged ShareGPT file"
+                raise ValueError(f"conversation {conversation} of {source_name} is not the "
+                                 "one the pool read")
+            prompt = chat_history(source[:turn.turn + 1])
+            tokens = len(tokenizer.encode(prompt).ids)
+            if tokens > params.max_history_tokens or len(requests) >= params.num_requests:
+                break
+            requests.append((start + k * params.turn_gap_s,
+                             replace(turn, prompt=prompt, prompt_tokens=tokens)))
+    if len(requests) < params.num_requests:
+        raise ValueError(f"only {len(requests)} turns fit; lower num_requests or raise "
+                         "max_history_tokens")
+    return np.array([t for t, _ in requests]), [pair for _, pair in requests]
+
+
+def chat_history(turns: Sequence[Mapping[str, str]]) -> str:
+    """A conversation up to and including its last (user) turn, as one prompt: what a
+    chat client resends each turn."""
+    names = {"human": "User", "gpt": "Assistant"}
+    return "\n\n".join(f"{names.get(t.get('from', ''), 'User')}: {t.get('value', '')}"
+                        for t in turns) + "\n\nAssistant:"
+
+
+def _raw_conversations(wanted: set[int],
+                       sharegpt: str | None) -> dict[int, list[dict[str, str]]]:
+    """The ShareGPT file's conversations (the packaged one for None) at the indices
+    pairs record."""
+    found: dict[int, list[dict[str, str]]] = {}
+    for index, turns in enumerate(iter_conversations(Path(sharegpt) if sharegpt else None)):
+        if index in wanted:
+            found[index] = turns
+    return found
 
 
 def _output_lengths(
@@ -689,6 +771,14 @@ WORKLOADS: dict[str, Workload] = {
             ),
             _generate_apc_mix,
         ),
+        Workload(
+            "multi_turn",
+            "multi-turn ShareGPT conversations, each turn resending its history (prefix "
+            "caching)",
+            MultiTurnParams(num_requests=300, conversation_rate_per_s=2.0, turn_gap_s=3.0,
+                            max_turns=8, max_history_tokens=1536),
+            _generate_multi_turn,
+        ),
     )
 }
 
@@ -733,7 +823,7 @@ def build_workload(
     rng = np.random.default_rng(seed)
     try:
         arrivals, pairs = _workload(name).generate(
-            params, PairPool(eligible, pool.stats, pool.tokenizer), rng
+            params, PairPool(eligible, pool.stats, pool.tokenizer, pool.sharegpt), rng
         )
     except ValueError as exc:
         raise ValueError(f"workload {name}: {exc}") from None
