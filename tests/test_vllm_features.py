@@ -317,3 +317,24 @@ def test_work_conservation(config_only_model, seed):
         step += 1
         assert step < 5000
     engine.drain()
+
+
+def test_a_preempted_request_ranks_by_what_the_cache_kept(config_only_model):
+    """A preempted request's blocks go back to the prefix cache; on re-entering the
+    waiting queue it is looked up again and ranks by the part it must recompute (it was
+    demoted to its full length)."""
+    engine = _engine(config_only_model, AGING, enable_prefix_caching=True, num_blocks=80)
+    scheduler = engine.scheduler
+    engine.add([make_request("a", 600, 200, arrival_time=100.0),
+                make_request("b", 600, 200, arrival_time=100.1)])
+    for _ in range(400):
+        engine.step()
+        b = scheduler.requests.get("b")
+        if b is not None and b.status == RequestStatus.PREEMPTED:
+            break
+    else:
+        pytest.fail("b was never preempted")
+    view = scheduler._view(b)
+    assert view.cached_tokens >= 512
+    assert view.remaining_prefill <= b.num_tokens - 512
+    engine.run_until_idle()

@@ -268,6 +268,12 @@ class FairSchedulingMixin:
                 num_new_tokens = cap
         return super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
 
+    def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        # Its blocks go back to the cache, mostly still holding its prefix: look again
+        # when it re-enters the waiting queue (inside vLLM's preemption).
+        self._cached_prefix.pop(request.request_id, None)
+        return super()._preempt_request(request, *args, **kwargs)
+
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         if self.fairsched_policy.tracks_service:
             for req_id, n in scheduler_output.num_scheduled_tokens.items():
@@ -375,9 +381,11 @@ class FairSchedulingMixin:
         return request_view(request, self._deadline(request), self._cached_tokens(request))
 
     def _cached_tokens(self, request: Request) -> int:
-        """A waiting request's prompt prefix in the prefix cache, as of when it entered
-        the waiting queue (looked up then, see :meth:`_lookup_cached`); 0 for a request
-        with computed tokens, whose blocks are its own."""
+        """A waiting request's prompt prefix in the prefix cache, as of when it first
+        entered the waiting queue or last re-entered it after a preemption (looked up
+        then, see :meth:`_lookup_cached`, and kept: re-keying and skipped requests
+        coming back cost no lookup); 0 for a request with computed tokens, whose blocks
+        are its own."""
         if request.num_computed_tokens > 0:
             return 0
         cached = self._cached_prefix.get(request.request_id)
@@ -394,7 +402,7 @@ class FairSchedulingMixin:
         manager = self.kv_cache_manager
         cached = 0
         if (self.fairsched_config.prefix_aware and request.num_computed_tokens == 0
-                and manager.prefix_cache_lookup_enabled(request)):
+                and manager.enable_caching and not request.skip_reading_prefix_cache):
             _blocks, cached, *_ = manager.coordinator.find_longest_cache_hit(
                 request.block_hashes, request.num_tokens - 1)
         self._cached_prefix[request.request_id] = cached
@@ -416,10 +424,6 @@ class FairSchedulingMixin:
         )
 
     def _waiting_key(self, request: Request):
-        """A request's key as it enters a waiting queue (new, skipped or preempted): the
-        prefix-cache lookup is taken again, since a preempted request's blocks may now
-        be cached."""
-        self._lookup_cached(request)
         return self.fairsched_policy.key(self._view(request))
 
     def _waiting_work(self, request: Request) -> int:
