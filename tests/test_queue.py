@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from contextlib import closing
 
 import pytest
 
@@ -324,3 +325,31 @@ def test_deadline_queue_removal_and_compaction_keep_both_lanes_consistent():
 def test_a_deadline_queue_needs_a_clock():
     with pytest.raises(ValueError, match="clock"):
         PolicyRequestQueue(aging_key, deadline=lambda r: 0.0)
+
+
+def test_priority_levels_order_by_priority_then_key():
+    """vLLM's priority first (smaller first), the policy's key within a level."""
+    from fairsched_plugin.adapter.queue import PriorityLevelQueue
+
+    queue = PriorityLevelQueue(lambda: PolicyRequestQueue(aging_key))
+    requests = {
+        "low-short": make_request("low-short", 5, 4, 0.0, priority=1),
+        "high-long": make_request("high-long", 90, 4, 1.0, priority=0),
+        "high-short": make_request("high-short", 10, 4, 2.0, priority=0),
+        "urgent": make_request("urgent", 500, 4, 3.0, priority=-1),
+    }
+    for request in requests.values():
+        queue.add_request(request)
+    expected = ["urgent", "high-short", "high-long", "low-short"]
+    assert len(queue) == 4 and queue
+    with closing(queue.iter_in_order()) as it:
+        assert next(it).request_id == "urgent"
+        assert next(it).request_id == "high-short"
+    assert [r.request_id for r in queue] == expected  # the partial look put everything back
+    queue.remove_request(requests["high-short"])
+    queue.remove_requests([requests["urgent"]])
+    assert queue.peek_request().request_id == "high-long"
+    assert [queue.pop_request().request_id for _ in range(2)] == ["high-long", "low-short"]
+    assert not queue and len(queue) == 0
+    with pytest.raises(IndexError):
+        queue.pop_request()
