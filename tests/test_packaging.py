@@ -1,0 +1,131 @@
+"""Packaging: the base install runs the scheduler without ONNX Runtime; a built wheel
+works in a fresh virtual environment that holds only vLLM.
+
+The fresh environment is a new venv whose only other packages are the project venv's,
+seen through a directory of links that leaves out fairsched and ONNX Runtime (so neither
+the editable checkout nor ``onnxruntime``/``onnx`` can be imported there): vLLM and its
+dependencies without installing 3.5 GB again. fairsched comes from the wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LEFT_OUT = ("fairsched", "__editable__", "onnxruntime", "onnx", "_virtualenv")
+"""Entries of the project venv a fresh "vLLM only" environment must not see."""
+
+_BUILD_SCHEDULER = """
+import json, sys
+from pathlib import Path
+from fairsched_plugin.adapter.offline import make_scheduler, write_config_only_model
+from fairsched_plugin import FairSyncScheduler
+model = write_config_only_model(Path(sys.argv[1]))
+config = json.loads(sys.argv[2])
+try:
+    scheduler = make_scheduler(FairSyncScheduler, model, async_scheduling=False,
+                               additional_config={"fairsched": config})
+except Exception as exc:
+    print("ERROR", type(exc).__name__, exc)
+else:
+    print("BUILT", type(scheduler).__name__)
+print("ONNXRUNTIME_LOADED", "onnxruntime" in sys.modules)
+"""
+
+
+def _run(python: str, tmp_path: Path, config: dict, env: dict | None = None) -> str:
+    result = subprocess.run(
+        [python, "-c", _BUILD_SCHEDULER, str(tmp_path / "model"), json.dumps(config)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={k: v for k, v in (env or os.environ).items() if not k.startswith("FAIRSCHED_")},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_the_scheduler_never_imports_onnxruntime_without_the_predictor(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = _run(sys.executable, tmp_path,
+               {"policy": "aging", "apc": {"enabled": True}, "lprs": {"align": "on"}}, env)
+    assert "BUILT FairSyncScheduler" in out
+    assert "ONNXRUNTIME_LOADED False" in out
+
+
+def _vllm_only_site(tmp_path: Path) -> Path:
+    """Links to every entry of the project venv's site-packages except LEFT_OUT."""
+    source = Path(sysconfig.get_paths()["purelib"])
+    farm = tmp_path / "vllm-only-site"
+    farm.mkdir()
+    for entry in source.iterdir():
+        if not entry.name.lower().startswith(LEFT_OUT) and not entry.name.endswith(".pth"):
+            (farm / entry.name).symlink_to(entry)
+    return farm
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory) -> str:
+    """A fresh venv holding vLLM (through links) and the wheel built from this checkout."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp / "dist"), str(ROOT)], check=True, timeout=600)
+    wheel = next((tmp / "dist").glob("fairsched_plugin-*.whl"))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")],
+                   check=True)
+    python = str(tmp / "venv" / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True
+                          ).stdout.strip()
+    (Path(site) / "vllm-only.pth").write_text(str(_vllm_only_site(tmp)) + "\n")
+    # pip runs from the project venv, installing into the new one: --no-index, and the
+    # dependencies (numpy) must already be there, through the links.
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-index",
+                    "-q", str(wheel)], check=True, timeout=600)
+    where = subprocess.run([python, "-c", "import fairsched_plugin, vllm; "
+                            "print(fairsched_plugin.__file__); print(vllm.__version__)"],
+                           capture_output=True, text=True, check=True, cwd=tmp).stdout
+    assert where.startswith(site), where  # fairsched from the wheel, not a checkout
+    return python
+
+
+@pytest.mark.slow
+def test_the_wheel_runs_the_scheduler_without_onnxruntime(wheel_venv, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = _run(wheel_venv, tmp_path, {"policy": "aging"}, env)
+    assert "BUILT FairSyncScheduler" in out and "ONNXRUNTIME_LOADED False" in out
+    out = _run(wheel_venv, tmp_path, {"policy": "fcfs", "lprs": {"enabled": True},
+                                      "predictor": {"path": str(tmp_path / "m.onnx")}}, env)
+    assert "ERROR PredictorError" in out
+    assert "needs ONNX Runtime, which is not installed" in out
+    assert "fairsched-plugin[predictor]" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["scheduler-cls", "environment"])
+def test_a_server_starts_from_the_wheel(wheel_venv, tiny_model, tmp_path, how):
+    from fairsched_plugin.bench.openai_stream import stream_completion
+    from fairsched_plugin.bench.server import running_server
+
+    args = ["--max-model-len", "1024", "--max-num-batched-tokens", "256", "--dtype", "float32"]
+    env = {"PYTHONPATH": ""}
+    if how == "scheduler-cls":
+        args += ["--scheduler-cls", "fairsched_plugin.FairScheduler"]
+    else:
+        env["FAIRSCHED_POLICY"] = "aging"
+    with running_server(str(tiny_model), tmp_path / "server.log", args, env=env,
+                        python=wheel_venv) as server:
+        result = stream_completion(server.base_url, server.model, "Hello there " * 10, 8)
+        log = server.log_text()
+    assert result.completion_tokens == 8
+    policy = "guarded-srpf" if how == "scheduler-cls" else "aging"
+    assert re.search(rf"fairsched: scheduler Fair(Sync)?Scheduler active with policy {policy}",
+                     log), log[-3000:]
+    assert "scheduler hooks: per-request cap through _reserve_prefill_lookahead" in log
+    assert "onnxruntime" not in log.lower()
