@@ -73,7 +73,12 @@ class FakeNpuPlatform(CpuPlatform):
             vllm_config.scheduler_config.scheduler_cls = _ASCEND_CLASSES[
                 "recompute_scheduler_enable"]
         if extra.get("future_scheduler"):  # a setting fairsched does not know by name
-            vllm_config.scheduler_config.scheduler_cls = "vllm_ascend.core.future.Scheduler"
+            # As 0.23.0 does for recompute scheduling: a new scheduler config object.
+            from copy import copy
+
+            replaced = copy(vllm_config.scheduler_config)
+            replaced.scheduler_cls = "vllm_ascend.core.future.Scheduler"
+            vllm_config.scheduler_config = replaced
 
 
 class _Holder:

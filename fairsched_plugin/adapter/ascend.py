@@ -127,13 +127,14 @@ def guard_platform(platform_cls: type) -> None:
         return
 
     def check_and_update_config(cls: type, vllm_config: Any) -> None:
-        scheduler_config = vllm_config.scheduler_config
-        before = scheduler_config.scheduler_cls
+        before = vllm_config.scheduler_config.scheduler_cls
         selected = fairsched_selected(before)
         if selected:
             check_ascend_scheduler_settings(vllm_config.additional_config)
         original.__func__(cls, vllm_config)
-        after = scheduler_config.scheduler_cls
+        # Read again: vllm-ascend 0.23.0's recompute scheduling replaces the whole
+        # scheduler config object, not only its class.
+        after = vllm_config.scheduler_config.scheduler_cls
         if selected and after is not before and not fairsched_selected(after):
             raise ConfigError(
                 f"fairsched_plugin is selected, but the platform {cls.__name__} replaced the "
