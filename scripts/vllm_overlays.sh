@@ -38,3 +38,27 @@ for version in "${versions[@]}"; do
   echo "$version" > "$dir/.fairsched-overlay"
   echo "overlays: vLLM $version built in $dir"
 done
+
+# vLLM-Ascend 0.23.0's BalanceScheduler (the class vLLM-Ascend installs as vLLM's
+# Scheduler), for tests/test_ascend_balance.py on the 0.23.0 overlay: only that one source
+# file is kept (the rest of vLLM-Ascend needs CANN and torch_npu).
+balance="$ROOT/vllm-ascend-0.23.0"
+if [[ " ${versions[*]} " == *" 0.23.0 "* && ! -f "$balance/.fairsched-overlay" ]]; then
+  rm -rf "$balance.partial"
+  mkdir -p "$balance.partial"
+  "$PY" -m pip --disable-pip-version-check download -q --no-deps -d "$balance.partial" \
+    "vllm-ascend==0.23.0"
+  "$PY" - "$balance.partial" <<'PYEOF'
+import sys, zipfile, pathlib
+out = pathlib.Path(sys.argv[1])
+wheel = next(out.glob("vllm_ascend-0.23.0-*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    data = z.read("vllm_ascend/patch/platform/patch_balance_schedule.py")
+(out / "patch_balance_schedule.py").write_bytes(data)
+wheel.unlink()
+PYEOF
+  rm -rf "$balance"
+  mv "$balance.partial" "$balance"
+  echo "0.23.0" > "$balance/.fairsched-overlay"
+  echo "overlays: vLLM-Ascend 0.23.0 BalanceScheduler source in $balance"
+fi

@@ -46,7 +46,9 @@ MIN_PASSED = 130
 def overlay(version: str) -> Path:
     """The cached overlay of ``version``, built on first use (about 7 s and 400 MB each)."""
     path = OVERLAYS / version
-    if not (path / ".fairsched-overlay").is_file():
+    if not (path / ".fairsched-overlay").is_file() or (
+            version == "0.23.0"
+            and not (OVERLAYS / "vllm-ascend-0.23.0" / ".fairsched-overlay").is_file()):
         subprocess.run(["bash", str(ROOT / "scripts" / "vllm_overlays.sh"), version],
                        check=True, cwd=ROOT)
     return path
@@ -72,3 +74,24 @@ def test_scheduler_tests_pass_on_each_vllm_release(version: str) -> None:
     assert counts.get("passed", 0) >= MIN_PASSED, summary
     # The run checked which vLLM it imported (skipped only outside a per-version run).
     assert "not a per-version run" not in result.stdout, summary
+
+
+@pytest.mark.slow
+def test_fairsched_composes_with_vllm_ascends_balance_scheduler_on_0_23() -> None:
+    """vLLM-Ascend 0.23.0's real BalanceScheduler source over vLLM 0.23.0's
+    (tests/test_ascend_balance.py, in its own interpreter)."""
+    path = overlay("0.23.0")
+    source = OVERLAYS / "vllm-ascend-0.23.0" / "patch_balance_schedule.py"
+    assert source.is_file(), "scripts/vllm_overlays.sh 0.23.0 keeps it"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(path), str(ROOT)])
+    env["ASCEND_BALANCE_SOURCE"] = str(source)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+         "tests/test_ascend_balance.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    print(f"vLLM 0.23.0 + vLLM-Ascend 0.23.0 BalanceScheduler: {summary}")
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert re.search(r"\b6 passed", summary) and "skipped" not in summary, summary
