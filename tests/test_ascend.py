@@ -262,3 +262,23 @@ def test_npu_memory_comes_from_torch_npu(monkeypatch):
     state = provider.read()
     assert (state.used_mb, state.free_mb) == (24 * 1024, 40 * 1024)
     assert (state.allocated_mb, state.reserved_mb) == (20 * 1024, 22 * 1024)
+
+
+def test_cann_provider_options_are_validated_and_reach_the_provider():
+    """device id and precision mode from the config; a bad precision mode or an option the
+    CANN provider does not parse stops start-up (naming it) instead of the provider
+    silently refusing it and falling back to CPU."""
+    from fairsched_plugin.config import load_config
+    from fairsched_plugin.predictor.runtime import PredictorError, _provider_options
+
+    config = load_config({"fairsched": {"predictor": {
+        "provider": "cann", "device_id": 2, "precision_mode": "FORCE_FP32"}}}, environ={})
+    assert config.predictor.precision_mode == "force_fp32"
+    options = _provider_options("cann", config.predictor.device_id, 1,
+                                {"precision_mode": config.predictor.precision_mode})
+    assert options["device_id"] == "2" and options["precision_mode"] == "force_fp32"
+    assert _provider_options("cann", 0, 1, None)["precision_mode"] == "must_keep_origin_dtype"
+    with pytest.raises(ConfigError, match="predictor.precision_mode"):
+        load_config({"fairsched": {"predictor": {"precision_mode": "fp8"}}}, environ={})
+    with pytest.raises(PredictorError, match="unknown option\\(s\\) cache_dir"):
+        _provider_options("cann", 0, 1, {"cache_dir": "/tmp"})

@@ -70,6 +70,11 @@ def _vllm_only_site(tmp_path: Path) -> Path:
     return farm
 
 
+def _without_pythonpath() -> dict[str, str]:
+    """This process's environment minus PYTHONPATH, which would put a checkout first."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory) -> str:
     """A fresh venv holding vLLM (through links) and the wheel built from this checkout."""
@@ -87,17 +92,18 @@ def wheel_venv(tmp_path_factory) -> str:
     # pip runs from the project venv, installing into the new one: --no-index, and the
     # dependencies (numpy) must already be there, through the links.
     subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-index",
-                    "-q", str(wheel)], check=True, timeout=600)
+                    "-q", str(wheel)], check=True, timeout=600, env=_without_pythonpath())
     where = subprocess.run([python, "-c", "import fairsched_plugin, vllm; "
                             "print(fairsched_plugin.__file__); print(vllm.__version__)"],
-                           capture_output=True, text=True, check=True, cwd=tmp).stdout
+                           capture_output=True, text=True, check=True, cwd=tmp,
+                           env=_without_pythonpath()).stdout
     assert where.startswith(site), where  # fairsched from the wheel, not a checkout
     return python
 
 
 @pytest.mark.slow
 def test_the_wheel_runs_the_scheduler_without_onnxruntime(wheel_venv, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = _without_pythonpath()
     out = _run(wheel_venv, tmp_path, {"policy": "aging"}, env)
     assert "BUILT FairSyncScheduler" in out and "ONNXRUNTIME_LOADED False" in out
     out = _run(wheel_venv, tmp_path, {"policy": "fcfs", "lprs": {"enabled": True},
@@ -109,12 +115,15 @@ def test_the_wheel_runs_the_scheduler_without_onnxruntime(wheel_venv, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["scheduler-cls", "environment"])
-def test_a_server_starts_from_the_wheel(wheel_venv, tiny_model, tmp_path, how):
+def test_a_server_starts_from_the_wheel(wheel_venv, tiny_model, tmp_path, how, monkeypatch):
     from fairsched_plugin.bench.openai_stream import stream_completion
     from fairsched_plugin.bench.server import running_server
 
     args = ["--max-model-len", "1024", "--max-num-batched-tokens", "256", "--dtype", "float32"]
-    env = {"PYTHONPATH": ""}
+    # Outside the checkout, so ``python -m`` cannot import fairsched from the working tree.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    env: dict[str, str] = {}
     if how == "scheduler-cls":
         args += ["--scheduler-cls", "fairsched_plugin.FairScheduler"]
     else:
@@ -129,3 +138,17 @@ def test_a_server_starts_from_the_wheel(wheel_venv, tiny_model, tmp_path, how):
                      log), log[-3000:]
     assert "scheduler hooks: per-request cap through _reserve_prefill_lookahead" in log
     assert "onnxruntime" not in log.lower()
+
+
+def test_the_sources_parse_as_python_3_10():
+    """requires-python is >=3.10 and only 3.11 is installed here: at least the grammar
+    (``except*``, ...) must be 3.10's. setup.py imports tomli there (a 3.10-only build
+    requirement in pyproject.toml) instead of tomllib."""
+    import ast
+
+    files = [ROOT / "setup.py", *sorted((ROOT / "fairsched_plugin").rglob("*.py"))]
+    for path in files:
+        ast.parse(path.read_text(), str(path), feature_version=(3, 10))
+    setup = (ROOT / "setup.py").read_text()
+    assert "import tomli as tomllib" in setup
+    assert "tomli>=1.1; python_version < '3.11'" in (ROOT / "pyproject.toml").read_text()

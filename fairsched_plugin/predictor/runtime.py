@@ -197,6 +197,9 @@ class LatencyPredictor:
             threads=predictor_config.threads,
             expected_memory_provider=memory_provider_name,
             allow_memory_mismatch=predictor_config.allow_memory_mismatch,
+            provider_options=(
+                {"precision_mode": predictor_config.precision_mode}
+                if predictor_config.provider == "cann" else None),
         )
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
