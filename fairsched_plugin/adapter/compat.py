@@ -22,6 +22,13 @@ and, independently: ``kv_holding_waiting`` / ``skipped_waiting`` and ``max_num_a
 ``_preempt_request(..., drop_stale_output)``, ``get_kv_cache_usage`` and
 ``requires_kv_delivery`` (all absent in 0.23). Anything the adapter needs and cannot find
 stops start-up with one message that names every missing piece.
+
+One difference is left as vLLM has it: before 0.31, vLLM's waiting loop picks between
+``skipped_waiting`` and ``waiting`` with ``_select_waiting_queue_for_scheduling`` (under
+``--scheduling-policy priority`` by comparing the two heads with ``Request.__lt__``,
+priority then arrival), where 0.31+ drain the held-KV queue first. fairsched's queues
+give that method their policy-best heads; which of two blocked-vs-ready heads goes first
+under vLLM's priority policy is then vLLM's comparison, not the fairsched key.
 """
 
 from __future__ import annotations
