@@ -14,14 +14,12 @@ import os
 import re
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
+from wheel_venv import build_wheel, fresh_venv, without_pythonpath
 
 ROOT = Path(__file__).resolve().parent.parent
-LEFT_OUT = ("fairsched", "__editable__", "onnxruntime", "onnx", "_virtualenv")
-"""Entries of the project venv a fresh "vLLM only" environment must not see."""
 
 _BUILD_SCHEDULER = """
 import json, sys
@@ -59,51 +57,16 @@ def test_the_scheduler_never_imports_onnxruntime_without_the_predictor(tmp_path)
     assert "ONNXRUNTIME_LOADED False" in out
 
 
-def _vllm_only_site(tmp_path: Path) -> Path:
-    """Links to every entry of the project venv's site-packages except LEFT_OUT."""
-    source = Path(sysconfig.get_paths()["purelib"])
-    farm = tmp_path / "vllm-only-site"
-    farm.mkdir()
-    for entry in source.iterdir():
-        if not entry.name.lower().startswith(LEFT_OUT) and not entry.name.endswith(".pth"):
-            (farm / entry.name).symlink_to(entry)
-    return farm
-
-
-def _without_pythonpath() -> dict[str, str]:
-    """This process's environment minus PYTHONPATH, which would put a checkout first."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-
-
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory) -> str:
-    """A fresh venv holding vLLM (through links) and the wheel built from this checkout."""
+    """A fresh venv holding the project venv's vLLM (through links) and the wheel."""
     tmp = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp / "dist"), str(ROOT)], check=True, timeout=600)
-    wheel = next((tmp / "dist").glob("fairsched_plugin-*.whl"))
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")],
-                   check=True)
-    python = str(tmp / "venv" / "bin" / "python")
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
-                           "['purelib'])"], capture_output=True, text=True, check=True
-                          ).stdout.strip()
-    (Path(site) / "vllm-only.pth").write_text(str(_vllm_only_site(tmp)) + "\n")
-    # pip runs from the project venv, installing into the new one: --no-index, and the
-    # dependencies (numpy) must already be there, through the links.
-    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-index",
-                    "-q", str(wheel)], check=True, timeout=600, env=_without_pythonpath())
-    where = subprocess.run([python, "-c", "import fairsched_plugin, vllm; "
-                            "print(fairsched_plugin.__file__); print(vllm.__version__)"],
-                           capture_output=True, text=True, check=True, cwd=tmp,
-                           env=_without_pythonpath()).stdout
-    assert where.startswith(site), where  # fairsched from the wheel, not a checkout
-    return python
+    return fresh_venv(tmp, sys.executable, build_wheel(tmp / "dist"))
 
 
 @pytest.mark.slow
 def test_the_wheel_runs_the_scheduler_without_onnxruntime(wheel_venv, tmp_path):
-    env = _without_pythonpath()
+    env = without_pythonpath()
     out = _run(wheel_venv, tmp_path, {"policy": "aging"}, env)
     assert "BUILT FairSyncScheduler" in out and "ONNXRUNTIME_LOADED False" in out
     out = _run(wheel_venv, tmp_path, {"policy": "fcfs", "lprs": {"enabled": True},
