@@ -115,3 +115,43 @@ def test_the_sources_parse_as_python_3_10():
     setup = (ROOT / "setup.py").read_text()
     assert "import tomli as tomllib" in setup
     assert "tomli>=1.1; python_version < '3.11'" in (ROOT / "pyproject.toml").read_text()
+
+
+def _python_3_10() -> str | None:
+    import glob
+    import shutil
+
+    candidates = [*sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.10*/bin/python"))),
+                  shutil.which("python3.10")]
+    for candidate in filter(None, candidates):
+        # A pyenv shim exists even where its version is not selected: it must run.
+        if subprocess.run([candidate, "--version"], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_python_3_10() is None, reason="no Python 3.10 interpreter here")
+def test_the_wheel_builds_and_loads_on_python_3_10(tmp_path):
+    """setup.py under 3.10 (tomli, fetched by pip's build isolation), then the package,
+    its config and policies and its vLLM entry point in a 3.10 venv (no vLLM for 3.10
+    here: the scheduler itself is covered on 3.11)."""
+    python310 = _python_3_10()
+    subprocess.run([python310, "-m", "venv", str(tmp_path / "venv")], check=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(ROOT)],
+                   check=True, timeout=600, env=without_pythonpath())
+    wheel = next((tmp_path / "dist").glob("fairsched_plugin-*.whl"))
+    subprocess.run([*pip, "install", str(wheel)], check=True, timeout=600,
+                   env=without_pythonpath())
+    out = subprocess.run([python, "-c", """
+import importlib.metadata as m, sys
+from fairsched_plugin.config import load_config
+from fairsched_plugin.policies import make_policy
+config = load_config({"fairsched": {"policy": "aging", "aging": {"alpha": 2.0}}}, environ={})
+print(sys.version_info[:2], make_policy(config, epoch=0.0).describe())
+print([e.value for e in m.entry_points(group="vllm.general_plugins") if e.name == "fairsched"])
+"""], capture_output=True, text=True, check=True, cwd=tmp_path, env=without_pythonpath()).stdout
+    assert "(3, 10) aging(alpha=2, beta=-1)" in out
+    assert "['fairsched_plugin.plugin:register']" in out
