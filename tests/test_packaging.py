@@ -155,3 +155,36 @@ print([e.value for e in m.entry_points(group="vllm.general_plugins") if e.name =
 """], capture_output=True, text=True, check=True, cwd=tmp_path, env=without_pythonpath()).stdout
     assert "(3, 10) aging(alpha=2, beta=-1)" in out
     assert "['fairsched_plugin.plugin:register']" in out
+
+
+class _BrokenBuild:
+    """A meta-path finder standing in for onnxruntime-cann 1.24 under numpy 2, whose
+    import fails inside the package (faked: no such build can be installed here)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "onnxruntime":
+            raise ImportError("numpy.core.multiarray failed to import")
+        return None
+
+
+def test_a_broken_onnxruntime_build_is_named_with_its_fix(monkeypatch):
+    from fairsched_plugin.predictor.runtime import PredictorError, onnxruntime
+
+    for name in [m for m in sys.modules if m == "onnxruntime" or m.startswith("onnxruntime.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [_BrokenBuild(), *sys.meta_path])
+    with pytest.raises(PredictorError) as info:
+        onnxruntime()
+    message = str(info.value)
+    assert "fails to import (ImportError: numpy.core.multiarray failed to import)" in message
+    assert "pip uninstall onnxruntime-cann" in message
+    assert "fairsched-plugin[predictor]" in message
+
+
+def test_a_missing_onnxruntime_names_the_extras(monkeypatch):
+    from fairsched_plugin.predictor.runtime import PredictorError, onnxruntime
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import raises ModuleNotFoundError
+    with pytest.raises(PredictorError, match=r"needs ONNX Runtime, which is not installed.*"
+                                             r"fairsched-plugin\[predictor\] \(CPU\)"):
+        onnxruntime()
