@@ -1,7 +1,12 @@
 """Build shim: feeds entry_points.toml to setuptools so entry points are declared once."""
 
-import tomllib
+import sys
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser as a package (a build requirement there)
+    import tomli as tomllib
 
 from setuptools import setup
 

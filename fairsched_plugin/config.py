@@ -34,6 +34,10 @@ POLICY_NAMES = (
 SERVICE_MODES = ("budget", "ranked")
 MEMORY_PROVIDERS = ("auto", "torch", "nvml", "kv_cache")
 PREDICTOR_PROVIDERS = ("cpu", "cuda", "cann")
+CANN_PRECISION_MODES = ("must_keep_origin_dtype", "force_fp32", "force_fp16",
+                        "allow_fp32_to_fp16", "allow_mix_precision")
+"""The CANN execution provider's precision modes (ONNX Runtime 1.24); the first keeps the
+MLP in fp32, which its unnormalised interaction features need."""
 ALIGN_MODES = ("auto", "on", "off")
 
 
@@ -109,6 +113,8 @@ class PredictorConfig:
     device_id: int = 0
     threads: int = 1
     allow_memory_mismatch: bool = False
+    precision_mode: str = "must_keep_origin_dtype"
+    """CANN provider only: the graph's precision (CANN's own default, fp16, overflows)."""
 
 
 @dataclass(frozen=True)
@@ -265,6 +271,8 @@ KEYS: tuple[_Key, ...] = (
     _Key("predictor.provider", str, *_one_of(PREDICTOR_PROVIDERS), normalise=str.lower),
     _Key("predictor.device_id", int, "an integer >= 0 (CUDA or NPU device index)",
          lambda v: v >= 0),
+    _Key("predictor.precision_mode", str, *_one_of(CANN_PRECISION_MODES),
+         normalise=str.lower),
     _Key("predictor.threads", int, "an integer >= 1 (ONNX Runtime intra-op threads)",
          lambda v: v >= 1),
     _Key("predictor.allow_memory_mismatch", bool,

@@ -30,8 +30,11 @@ _OWN_CLASSES = (ASYNC_CLASS, SYNC_CLASS, "fairsched_plugin.adapter.scheduler.Fai
 
 def register() -> None:
     """Install the launch-time configuration check and, with ``FAIRSCHED_POLICY`` set,
-    the environment switch."""
+    the environment switch. On an NPU platform (vLLM-Ascend), also guard its config
+    check, which would otherwise replace a selected fairsched scheduler silently
+    (adapter/ascend.py)."""
     _check_config_at_launch()
+    _guard_npu_platform()
     if POLICY_ENV not in os.environ:
         return
     try:
@@ -90,11 +93,29 @@ def _route_default_scheduler() -> None:
         name = self.scheduler_cls if isinstance(self.scheduler_cls, str) else (
             f"{self.scheduler_cls.__module__}.{self.scheduler_cls.__qualname__}")
         if name not in _OWN_CLASSES:
-            logger.warning(
-                "fairsched: %s is set but the scheduler class is %s; fairsched is not active",
-                POLICY_ENV, name,
+            # Nothing falls back silently: another class (given on the command line or
+            # swapped in by a platform) would run without the policy asked for.
+            raise ConfigError(
+                f"fairsched: {POLICY_ENV} is set but the scheduler class is {name}, so "
+                "fairsched would not be active; unset that scheduler class (or the platform "
+                f"setting that selects it), or unset {POLICY_ENV}"
             )
         return original(self)
 
     get_scheduler_cls._fairsched_routed = True  # type: ignore[attr-defined]
     SchedulerConfig.get_scheduler_cls = get_scheduler_cls
+
+
+def _guard_npu_platform() -> None:
+    """On vLLM-Ascend's platform (device type ``npu``), refuse its scheduler settings
+    while fairsched is selected. Elsewhere nothing is touched; a platform that cannot be
+    resolved here is left alone (vLLM reports that itself)."""
+    try:
+        from vllm.platforms import current_platform
+    except Exception:  # noqa: BLE001 - vLLM's own start-up reports a broken platform
+        return
+    if getattr(current_platform, "device_type", None) != "npu":
+        return
+    from .adapter.ascend import guard_platform
+
+    guard_platform(type(current_platform))

@@ -77,7 +77,7 @@ from ..policies import (
 from ..policies.plan import ChunkLimits, step_rank
 from .admission import LoraSlots, admissible, admitting_queues, free_running_slots, pause_state
 from .admission import PAUSED_ALL
-from .compat import check_scheduler_hooks, check_scheduler_state, check_vllm_version
+from .compat import check_scheduler_state, log_surface, wire
 from .chunking import LatencyChunkRule
 from .profiling import StepProfiler, kv_state_reader
 from .queue import PolicyRequestQueue, PriorityLevelQueue
@@ -85,6 +85,9 @@ from .steps import StepMonitor
 
 # A child of "vllm": start-up lines appear in vLLM's own log stream and format.
 logger = logging.getLogger("vllm.fairsched")
+
+VllmCompat = wire(Scheduler, Request, vllm.__version__)
+"""This vLLM's scheduler surface, decided once at import (adapter/compat.py)."""
 
 COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
 """Finished on their own: their output length is a sample for the estimators (an aborted
@@ -141,17 +144,16 @@ def _vllm_config_of(args: tuple, kwargs: dict) -> Any:
     return kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
 
 
-class FairSchedulingMixin:
+class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
     """Policy-ordered prefills for any vLLM ``Scheduler`` subclass (see module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        check_vllm_version(vllm.__version__)
-        check_scheduler_hooks(Scheduler)
         vllm_config = _vllm_config_of(args, kwargs)
         config = self.fairsched_config = load_config(vllm_config.additional_config)
         self.fairsched_policy = make_policy(config, epoch=time.time())
         super().__init__(*args, **kwargs)
         check_scheduler_state(self)
+        log_surface(logger, VllmCompat, vllm.__version__)
         policy = self.fairsched_policy
         self._now = time.time()
         self._deadlines: dict[str, float] = {}

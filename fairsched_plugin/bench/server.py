@@ -46,9 +46,12 @@ class ServerHandle:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def server_command(model: str, port: int, engine_args: Sequence[str]) -> list[str]:
+def server_command(model: str, port: int, engine_args: Sequence[str],
+                   python: str | None = None) -> list[str]:
+    """``python`` (default: this interpreter) is the environment the server runs in; the
+    packaging test starts one in a fresh virtual environment."""
     return [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", model, "--host", "127.0.0.1", "--port", str(port),
         *engine_args,
     ]
@@ -77,10 +80,11 @@ def running_server(
     engine_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     ready_timeout_s: float = READY_TIMEOUT_S,
+    python: str | None = None,
 ) -> Iterator[ServerHandle]:
     """A started, ready server; stopped (process group killed if need be) on exit, also
     when this process is sent SIGTERM (a killed benchmark must not leave a server)."""
-    handle = start(model, log_path, engine_args, env)
+    handle = start(model, log_path, engine_args, env, python)
     with _sigterm_raises():
         try:
             wait_ready(handle, ready_timeout_s)
@@ -112,13 +116,14 @@ def start(
     log_path: Path,
     engine_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    python: str | None = None,
 ) -> ServerHandle:
     """Spawn the server in its own process group, output to ``log_path``; no waiting."""
     port = free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            server_command(model, port, engine_args),
+            server_command(model, port, engine_args, python),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

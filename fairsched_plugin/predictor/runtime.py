@@ -33,10 +33,12 @@ import logging
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnxruntime as ort
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 from .features import FEATURE_NAMES, NUM_FEATURES
 from .model_format import FORMAT_VERSION, INPUT_NAME, METADATA_KEY, OUTPUT_NAME
@@ -89,6 +91,39 @@ class PredictorError(ValueError):
     """A latency model that cannot be served; the message names the file and the problem."""
 
 
+PREDICTOR_EXTRAS = ("fairsched-plugin[predictor] (CPU), fairsched-plugin[predictor-cuda] or "
+                    "fairsched-plugin[predictor-cann]")
+
+
+def onnxruntime() -> Any:
+    """ONNX Runtime, imported on first use of the predictor only: the base install (numpy
+    only) runs every other feature without it. Missing, or a build that fails to import
+    (``onnxruntime-cann`` 1.24 with numpy 2), it is a :class:`PredictorError` naming the
+    extra to install, so LPRS stops start-up instead of running without its model."""
+    try:
+        import onnxruntime as ort_module
+    except ModuleNotFoundError as exc:
+        if exc.name != "onnxruntime":
+            raise _broken_onnxruntime(exc) from None
+        raise PredictorError(
+            "the latency predictor (LPRS, predictor.path) needs ONNX Runtime, which is not "
+            f"installed; install one of {PREDICTOR_EXTRAS}"
+        ) from None
+    except Exception as exc:  # a build compiled against another numpy, a missing library
+        raise _broken_onnxruntime(exc) from None
+    return ort_module
+
+
+def _broken_onnxruntime(exc: BaseException) -> PredictorError:
+    return PredictorError(
+        f"ONNX Runtime is installed but fails to import ({type(exc).__name__}: {exc}). "
+        "onnxruntime-cann 1.24 needs numpy<2, which vLLM's dependencies do not allow; "
+        "install the CPU build instead (pip uninstall onnxruntime-cann && pip install "
+        "'fairsched-plugin[predictor]'), which serves the latency model on the host CPU, "
+        "the recommended provider on Ascend"
+    )
+
+
 class LatencyPredictor:
     """A loaded, checked latency model. ``predict`` scores many feature rows in one call."""
 
@@ -126,6 +161,7 @@ class LatencyPredictor:
         trained on another one is refused unless ``allow_memory_mismatch``.
         ``provider_options`` are added to (and override) ``DEFAULT_PROVIDER_OPTIONS``.
         """
+        onnxruntime()  # a missing or broken ONNX Runtime is the first thing to fix
         path = Path(path)
         options = _provider_options(provider, device_id, threads, provider_options)
         if not path.is_file():
@@ -161,6 +197,9 @@ class LatencyPredictor:
             threads=predictor_config.threads,
             expected_memory_provider=memory_provider_name,
             allow_memory_mismatch=predictor_config.allow_memory_mismatch,
+            provider_options=(
+                {"precision_mode": predictor_config.precision_mode}
+                if predictor_config.provider == "cann" else None),
         )
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
@@ -219,6 +258,7 @@ def _provider_options(
 
 
 def _session_options(threads: int) -> ort.SessionOptions:
+    ort = onnxruntime()
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -234,6 +274,7 @@ def _open_session(
     path: Path, provider: str, options: dict[str, str], threads: int
 ) -> ort.InferenceSession:
     """A session on ``provider`` if it is available and starts, else on CPU (logged)."""
+    ort = onnxruntime()
     available = ort.get_available_providers()
     if provider != CPU and provider not in available:
         logger.warning(
