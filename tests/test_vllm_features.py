@@ -113,6 +113,8 @@ def test_a_request_the_plan_did_not_reach_takes_the_budget_left(config_only_mode
 def test_spec_decode_padding_survives_a_chunk_rule(config_only_model):
     """vLLM pads a new one-token request to 1 + k rows under speculative decoding and
     asserts it after the hook; a cap there crashed the engine core."""
+    if "pad_spec_decode" not in Scheduler.schedule.__code__.co_varnames:
+        pytest.skip("this vLLM does not pad new requests for speculative decoding")
     engine = _engine(config_only_model, {**AGING, "lprs": {"align": "on"}},
                      ngram_speculative_tokens=3)
     engine.add([make_request("decoding", 20, 50, arrival_time=100.0)])
@@ -183,7 +185,9 @@ def test_the_plan_follows_the_long_prefill_threshold(config_only_model):
     the step ran a quarter full."""
     engine = _engine(config_only_model, AGING, long_prefill_token_threshold=64)
     engine.add([make_request("long", 2000, 4, arrival_time=100.0)])
-    assert engine.step().output.num_scheduled_tokens == {"long": BUDGET}  # alone: no cut
+    # vLLM 0.31+ lifts the threshold for a lone request; earlier releases always cut.
+    alone = BUDGET if engine.scheduler.fairsched_surface.threshold_spares_lone_request else 64
+    assert engine.step().output.num_scheduled_tokens == {"long": alone}
     engine.add([make_request("short", 1000, 4, arrival_time=100.5)])
     assert engine.step().output.num_scheduled_tokens == {"short": 64, "long": 64}
 
@@ -216,6 +220,7 @@ def test_the_last_prompt_token_is_a_prefill_in_the_trace(config_only_model, tmp_
     assert records[1]["decode_tokens"] == 0
 
 
+@pytest.mark.degrades
 def test_a_failure_while_hiding_restores_every_request(config_only_model, caplog):
     """Ranked service hides requests from vLLM's loop; if anything fails after that,
     they come back, the step runs as stock vLLM would, and the error is logged once."""
@@ -246,6 +251,7 @@ def test_a_failure_while_hiding_restores_every_request(config_only_model, caplog
     engine.run_until_idle()
 
 
+@pytest.mark.degrades
 def test_a_failing_trace_does_not_stop_the_engine(config_only_model, tmp_path):
     trace = tmp_path / "trace.jsonl"
     engine = _engine(config_only_model, {**AGING, "trace_path": str(trace)})
@@ -309,7 +315,10 @@ def test_work_conservation(config_only_model, seed):
                         - request.num_computed_tokens)
                 assert not request.is_prefill_chunk or left <= 0, (
                     f"step {step}: {request.request_id} has prefill left and budget is unused")
-            waiting = len(scheduler.waiting) + len(scheduler.kv_holding_waiting)
+            held = getattr(scheduler, "kv_holding_waiting", None)  # skipped_waiting before 0.31
+            if held is None:
+                held = scheduler.skipped_waiting
+            waiting = len(scheduler.waiting) + len(held)
             assert waiting == 0 or len(scheduler.running) >= max_num_seqs, (
                 f"step {step}: {waiting} waiting, {len(scheduler.running)} running")
         while len(engine._queue) >= engine.in_flight:

@@ -35,6 +35,7 @@ SCHEDULER_MODULES = (
     "tests/test_scheduler_profiling.py",
     "tests/test_queue.py",
     "tests/test_ascend.py",
+    "tests/test_vllm_features.py",
 )
 """The modules that drive vLLM's real scheduler with fake outputs (and the queue that
 implements vLLM's RequestQueue ABC)."""

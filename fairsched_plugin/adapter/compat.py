@@ -103,6 +103,10 @@ class SchedulerSurface:
     preempt_drops_stale_output: bool
     has_kv_cache_usage: bool
     has_kv_delivery: bool
+    threshold_spares_lone_request: bool = True
+    """Whether ``schedule()`` lifts ``long_prefill_token_threshold`` when only one request
+    is eligible (it counts them with ``get_request_counts``; 0.31+), so the plan can
+    bound chunks as vLLM will."""
 
     def describe(self) -> str:
         """One log line: the mechanism chosen for each hook."""
@@ -120,6 +124,8 @@ class SchedulerSurface:
             "get_kv_cache_usage()" if self.has_kv_cache_usage
             else "KV usage from kv_cache_manager.usage",
             "requires_kv_delivery" if self.has_kv_delivery else "no KV delivery (always off)",
+            "long-prefill threshold off for a lone request" if self.threshold_spares_lone_request
+            else "long-prefill threshold always on",
         ]
         return "; ".join(parts)
 
@@ -220,6 +226,8 @@ def detect_surface(scheduler_cls: type) -> SchedulerSurface:
         preempt_drops_stale_output="drop_stale_output" in _params(preempt),
         has_kv_cache_usage=callable(getattr(scheduler_cls, "get_kv_cache_usage", None)),
         has_kv_delivery="requires_kv_delivery" in assigned,
+        threshold_spares_lone_request="get_request_counts" in _names_used(
+            _own_methods(scheduler_cls, "schedule")),
     )
 
 

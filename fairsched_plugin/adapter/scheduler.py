@@ -525,12 +525,14 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         computes it (off for a lone request, floored at a fair share when adaptive)
         and the input budget each scheduled request reserves for drafts."""
         threshold = self.scheduler_config.long_prefill_token_threshold
-        num_running, num_waiting = self.get_request_counts()
-        eligible = num_running + num_waiting
-        if eligible <= 1:
-            threshold = 0
-        elif threshold > 0 and getattr(self, "adaptive_long_prefill_threshold", False):
-            threshold = max(threshold, self.scheduler_config.max_num_batched_tokens // eligible)
+        if threshold > 0 and self.fairsched_surface.threshold_spares_lone_request:
+            num_running, num_waiting = self.get_request_counts()
+            eligible = num_running + num_waiting
+            if eligible <= 1:
+                threshold = 0
+            elif getattr(self, "adaptive_long_prefill_threshold", False):
+                threshold = max(threshold,
+                                self.scheduler_config.max_num_batched_tokens // eligible)
         spec = self.vllm_config.speculative_config
         slots = getattr(spec, "max_num_new_slots_for_drafting", 0) if spec is not None else 0
         return ChunkLimits(chunk_limit=threshold, slot_cost=slots)
