@@ -42,6 +42,7 @@ import tarfile
 import time
 import urllib.request
 from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -274,9 +275,12 @@ def run_suite(
     files: tuple[str, ...] = SELECTED_FILES,
     per_test_timeout_s: int = 120,
     extra_args: tuple[str, ...] = (),
+    fairsched_env: Mapping[str, str] | None = None,
 ) -> SuiteResult:
     """Run ``files`` of the extracted tests under ``mode`` ("stock" or "plugin") and, for
-    the plugin, ``FAIRSCHED_POLICY=policy``."""
+    the plugin, ``FAIRSCHED_POLICY=policy`` plus ``fairsched_env`` (more ``FAIRSCHED_*``
+    settings, e.g. ``{"FAIRSCHED_APC_ENABLED": "true"}``); inherited ``FAIRSCHED_*``
+    variables are dropped so that the run is what the caller asked for."""
     if mode not in ("stock", "plugin"):
         raise ValueError(mode)
     root = prepare_tree()
@@ -296,6 +300,7 @@ def run_suite(
         ),
     )
     if mode == "plugin":
+        env.update(fairsched_env or {})
         env["FAIRSCHED_POLICY"] = policy
     cmd = [
         sys.executable, "-m", "pytest", "-p", "fairsched_swap", "-p", "no:cacheprovider",
@@ -315,13 +320,18 @@ def run_suite(
 
 def main(argv: list[str] | None = None) -> int:
     """``python tests/vllm_upstream/harness.py stock|plugin [POLICY] [FILE...]``: run and
-    print the failing tests (for regenerating the lists by hand)."""
+    print the failing tests (for regenerating the lists by hand). ``FAIRSCHED_*`` variables
+    of the calling shell (other than the policy) are passed to the plugin run, to try other
+    settings: ``FAIRSCHED_APC_ENABLED=true python tests/vllm_upstream/harness.py plugin aging``."""
     args = list(sys.argv[1:] if argv is None else argv)
     mode = args.pop(0) if args else "stock"
     policy = args.pop(0) if args and mode == "plugin" else "fcfs"
     files = tuple(args) or SELECTED_FILES
-    result = run_suite(mode, policy, files)
-    print(json.dumps({"mode": mode, "policy": policy, "seconds": round(result.seconds, 1),
+    extra = {k: v for k, v in os.environ.items()
+             if k.startswith("FAIRSCHED_") and k != "FAIRSCHED_POLICY"}
+    result = run_suite(mode, policy, files, fairsched_env=extra)
+    print(json.dumps({"mode": mode, "policy": policy, "env": extra,
+                      "seconds": round(result.seconds, 1),
                       "counts": result.counts(), "built": result.built}))
     for test in sorted(result.failing()):
         print(result.outcomes[test], test, "|", result.messages.get(test, ""))
