@@ -6,15 +6,17 @@ Environment (not ``FAIRSCHED_*``: the plugin rejects unknown variables of its ow
 * ``UPSTREAM_SWAP_MODE=plugin``: before any test module is imported (pytest loads
   ``-p`` plugins before collection), replace ``vllm.v1.core.sched.scheduler.Scheduler``
   with ``fairsched_plugin.FairSyncScheduler`` and
-  ``vllm.v1.core.sched.async_scheduler.AsyncScheduler`` with
-  ``fairsched_plugin.FairScheduler``. Every ``from ... import Scheduler`` that runs later
-  (the tests, ``tests/v1/core/utils.create_scheduler``, the KV connector test utils,
+  ``vllm.v1.core.sched.async_scheduler.AsyncScheduler`` with a subclass of
+  ``fairsched_plugin.FairScheduler`` pinned to its async variant (see ``_swap``). Every
+  ``from ... import Scheduler`` that runs later (the tests,
+  ``tests/v1/core/utils.create_scheduler``, the KV connector test utils,
   ``SchedulerConfig.get_scheduler_cls``) then gets the plugin's class. The plugin's classes
   were created before the swap, so they still derive from vLLM's real classes.
   ``stock`` (or unset) changes nothing.
 * ``UPSTREAM_SWAP_RESULTS``: where to write ``{test id: outcome}`` as JSON, plus
-  ``"__meta__"`` with each failure's message and how many schedulers of each kind were built (so a run whose swap
-  silently did nothing is detected: the project test asserts plugin schedulers were built).
+  ``"__meta__"`` with each failure's message and how many schedulers of each kind were
+  built (so a run whose swap silently did nothing is detected: the project test asserts
+  that only plugin schedulers were built).
 * ``UPSTREAM_SWAP_TIMEOUT_S``: per-test limit (SIGALRM; a scheduler that never drains
   would otherwise spin a test's ``while`` loop forever); the test fails as ``timeout``.
 """
