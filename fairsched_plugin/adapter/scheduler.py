@@ -147,6 +147,10 @@ def _vllm_config_of(args: tuple, kwargs: dict) -> Any:
 class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
     """Policy-ordered prefills for any vLLM ``Scheduler`` subclass (see module docstring)."""
 
+    _steps: StepMonitor | None = None
+    """Set in ``__init__``; the class default keeps ``update_from_output`` working on a
+    scheduler built without it (vLLM's own tests build one with ``object.__new__``)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         vllm_config = _vllm_config_of(args, kwargs)
         config = self.fairsched_config = load_config(vllm_config.additional_config)
