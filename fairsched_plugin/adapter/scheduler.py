@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from contextlib import closing
 from typing import Any
 
@@ -113,15 +113,18 @@ class FairSchedulingMixin:
     """Policy-ordered prefills for any vLLM ``Scheduler`` subclass (see module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # ``clock``: what "now" is for the policy (ages, deadlines) and the step monitor;
+        # the simulator passes its virtual clock, a server the wall clock.
+        self._clock: Callable[[], float] = kwargs.pop("clock", None) or time.time
         check_vllm_version(vllm.__version__)
         check_scheduler_hooks(Scheduler)
         vllm_config = _vllm_config_of(args, kwargs)
         config = self.fairsched_config = load_config(vllm_config.additional_config)
-        self.fairsched_policy = make_policy(config, epoch=time.time())
+        self.fairsched_policy = make_policy(config, epoch=self._clock())
         super().__init__(*args, **kwargs)
         check_scheduler_state(self)
         policy = self.fairsched_policy
-        self._now = time.time()
+        self._now = self._clock()
         self._deadlines: dict[str, float] = {}
         self._running_prefill_work = 0
         if not policy.follows_vllm_order:
@@ -146,7 +149,8 @@ class FairSchedulingMixin:
             self._profiler = StepProfiler.for_scheduler(self, config.profile, vllm_config)
             listeners.append(self._profiler.on_step)
         self._steps = (
-            StepMonitor(config.trace_path, listeners)
+            StepMonitor(config.trace_path, listeners,
+                        clock=None if self._clock is time.time else self._clock)
             if config.trace_path or listeners
             else None
         )
@@ -154,7 +158,7 @@ class FairSchedulingMixin:
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         policy = self.fairsched_policy
-        self._now = time.time()
+        self._now = self._clock()
         if policy.dynamic and policy.refresh(self._now, self.get_kv_cache_usage()):
             self.waiting.rekey()
             self.kv_holding_waiting.rekey()
