@@ -156,6 +156,9 @@ def main(args: argparse.Namespace) -> int:
     except SimulationStalled as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except (ConfigError, ValueError) as exc:  # vLLM's own config checks are ValueErrors
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     elapsed = time.perf_counter() - started
     config = simulation_config(args, arms, first, model, settings)
     config["simulator_time"] = {
