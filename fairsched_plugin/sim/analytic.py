@@ -11,10 +11,14 @@ in the step (prefill chunks plus decode tokens):
   ``sum_{i=1..q} (p + i) = q p + q (q + 1) / 2`` query-key pairs, each ``2 d`` FLOPs for the
   scores and ``2 d`` for the weighted values, per head; it reads the K and V of all
   ``p + q`` tokens (``2 n_kv d`` values each);
+- the element-wise operations between them (two RMSNorms, rotary embedding of q and k,
+  the SiLU-and-multiply, two residual adds), memory-bound: ``T (10 h + 2 (n_h + n_kv) d +
+  3 I)`` elements read or written;
 - once per step, the LM head: ``2 h V`` FLOPs per sequence in the batch (vLLM computes
   logits for each scheduled sequence's last token) and its ``h V`` weights.
 
-Time = sum over the three parts of ``max(FLOPs / (peak x efficiency), bytes / (bandwidth x
+Time = the element-wise bytes over the effective bandwidth plus, summed over the three
+other parts, of ``max(FLOPs / (peak x efficiency), bytes / (bandwidth x
 efficiency))``, plus the accelerator's fixed per-step overhead. A roofline per part, not one
 for the whole step: a decode batch is bandwidth-bound in the weights while its attention
 can be bound by the KV reads, and summing them is closer to sequential kernels than one max.
@@ -34,6 +38,7 @@ class StepCost:
 
     linear_flops: float
     linear_bytes: float
+    elementwise_bytes: float
     attention_flops: float
     attention_bytes: float
     head_flops: float
@@ -56,6 +61,12 @@ def linear_activation_elements(cfg: TransformerConfig) -> int:
     out = cfg.num_heads * d + h
     mlp = (h + 2 * i) + (i + h)
     return qkv + out + mlp
+
+
+def elementwise_elements(cfg: TransformerConfig) -> int:
+    """Elements one layer's element-wise operations read and write per token."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    return 10 * h + 2 * (cfg.num_heads + cfg.num_kv_heads) * d + 3 * cfg.intermediate_size
 
 
 def attention_pairs(batch: SimBatch) -> int:
@@ -84,6 +95,7 @@ def step_cost(cfg: TransformerConfig, batch: SimBatch) -> StepCost:
     return StepCost(
         linear_flops=2.0 * tokens * params * layers,
         linear_bytes=float(layers * (params + tokens * linear_activation_elements(cfg)) * b),
+        elementwise_bytes=float(layers * tokens * elementwise_elements(cfg) * b),
         attention_flops=4.0 * cfg.num_heads * cfg.head_dim * attention_pairs(batch) * layers,
         attention_bytes=float(layers * 2 * cfg.num_kv_heads * cfg.head_dim * b
                               * attention_tokens_read(batch)),
@@ -102,10 +114,21 @@ def step_time_s(cfg: TransformerConfig, acc: Accelerator, batch: SimBatch) -> fl
     """Modelled seconds of one engine step (0 work still costs the overhead)."""
     cost = step_cost(cfg, batch)
     return (roofline(cost.linear_flops, cost.linear_bytes, acc, acc.gemm_efficiency)
+            + cost.elementwise_bytes / (acc.bandwidth * acc.bandwidth_efficiency)
             + roofline(cost.attention_flops, cost.attention_bytes, acc,
                        acc.attention_efficiency)
             + roofline(cost.head_flops, cost.head_bytes, acc, acc.gemm_efficiency)
             + acc.step_overhead_s)
+
+
+def layer_dense_time_s(cfg: TransformerConfig, acc: Accelerator, tokens: int) -> float:
+    """One layer's modelled time outside attention for ``tokens`` tokens: what Vidur's
+    ``mlp.csv`` profiles (projections, MLP, norms, rotary, activation, add)."""
+    cost = step_cost(cfg, SimBatch(prefills=[(tokens, 0)]))
+    layers = cfg.num_layers
+    return (roofline(cost.linear_flops / layers, cost.linear_bytes / layers, acc,
+                     acc.gemm_efficiency)
+            + cost.elementwise_bytes / layers / (acc.bandwidth * acc.bandwidth_efficiency))
 
 
 def weight_bytes(cfg: TransformerConfig) -> float:
