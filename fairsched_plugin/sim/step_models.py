@@ -8,8 +8,9 @@ Chosen on the command line by a spec string:
   transformer (``analytic``) on a preset accelerator (``hardware``), MODEL a preset name or
   a ``config.json`` path; ``field=value`` overrides an accelerator field, e.g.
   ``analytic:h100:qwen3-8b:step_overhead_s=0.002``;
-- ``linear:BASE_MS:PER_TOKEN_MS`` -- base plus a cost per scheduled token, for hand-checked
-  cases and tests.
+- ``linear:BASE_MS:PER_TOKEN_MS[:DECODE_MS_PER_TOKEN]`` -- base plus a cost per scheduled
+  token (decode tokens at their own cost when given): hand-checked cases, tests, and a fit
+  to a real engine's step trace (``benchmarks/fit_trace_step_model.py``).
 """
 
 from __future__ import annotations
@@ -40,17 +41,24 @@ class StepModel(Protocol):
 
 @dataclass
 class LinearStepModel:
-    """``base + per_token x scheduled tokens``: times a test can compute by hand."""
+    """``base + per_token x prefill tokens + decode_per_token x decode tokens`` (decode
+    tokens cost ``per_token`` when ``decode_per_token`` is None): times a test can
+    compute by hand, or a least-squares fit to a measured step trace."""
 
     base_s: float
     per_token_s: float
+    decode_per_token_s: float | None = None
 
     @property
     def description(self) -> str:
-        return f"linear: {self.base_s * 1e3:g} ms + {self.per_token_s * 1e3:g} ms/token"
+        text = f"linear: {self.base_s * 1e3:g} ms + {self.per_token_s * 1e3:g} ms/token"
+        if self.decode_per_token_s is not None:
+            text += f" (decode {self.decode_per_token_s * 1e3:g} ms/token)"
+        return text
 
     def step_time_s(self, batch: SimBatch, memory: MemoryState) -> float:
-        return self.base_s + self.per_token_s * (batch.prefill_tokens + batch.decode_tokens)
+        decode = self.per_token_s if self.decode_per_token_s is None else self.decode_per_token_s
+        return self.base_s + self.per_token_s * batch.prefill_tokens + decode * batch.decode_tokens
 
 
 class OnnxStepModel:
@@ -121,9 +129,12 @@ def parse_step_model(spec: str) -> StepModel:
         return AnalyticStepModel(model_config(parts[1]), with_overrides(acc, **overrides))
     if kind == "linear":
         try:
-            base, per_token = (float(x) / 1e3 for x in rest.split(":"))
+            values = [float(x) / 1e3 for x in rest.split(":")]
         except ValueError:
-            raise PresetError(f"step model {spec!r}: use linear:BASE_MS:PER_TOKEN_MS") from None
-        return LinearStepModel(base, per_token)
+            values = []
+        if len(values) not in (2, 3):
+            raise PresetError(f"step model {spec!r}: use "
+                              "linear:BASE_MS:PER_TOKEN_MS[:DECODE_MS_PER_TOKEN]")
+        return LinearStepModel(*values)
     raise PresetError(f"unknown step model {spec!r}: use onnx:PATH, "
                       "analytic:ACCEL:MODEL or linear:BASE_MS:PER_TOKEN_MS")
