@@ -40,17 +40,18 @@ def stats(report: Path, arm: str) -> dict:
     return json.loads(report.read_text())["arms"][arm]["aggregate"]
 
 
-def table4(out: Path, step_model: str, alpha: str) -> str:
+def table4(out: Path, step_model: str, alpha: str, max_num_seqs: int | None) -> str:
     rows = ["| chunk | policy | sim mean E2E (s) | paper | sim P95 E2E (s) | paper | "
             "sim mean TTFT (s) | paper | sim P95 TTFT (s) | paper |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     aging = f"aging:alpha={alpha}"
     for chunk, paper in TABLE4_PAPER.items():
-        target = out / f"table4-chunk{chunk}"
+        seqs = max_num_seqs or min(chunk, 256)
+        target = out / f"table4-chunk{chunk}-seqs{seqs}"
         run(["simulate", "--arms", f"fcfs,{aging}", "--workload", "sharegpt_fixed_gap",
              "--num-requests", "200", "--param", "gap_s=0.1", "--max-prompt-tokens", "512",
              "--max-output-tokens", "512", "--max-model-len", "1024",
-             "--max-num-batched-tokens", str(chunk), "--max-num-seqs", str(min(chunk, 256)),
+             "--max-num-batched-tokens", str(chunk), "--max-num-seqs", str(seqs),
              "--pool", POOL, "--step-model", step_model, "--out", str(target)])
         for policy, arm in (("fcfs", "fcfs"), ("aging", aging)):
             agg = stats(target / "report.json", arm)
@@ -59,6 +60,86 @@ def table4(out: Path, step_model: str, alpha: str) -> str:
                    lat["ttft_s"]["mean"]["mean"], lat["ttft_s"]["p95"]["mean"])
             cells = " | ".join(f"{s:.2f} | {p:.2f}" for s, p in zip(sim, paper[policy]))
             rows.append(f"| {chunk} | {arm} | {cells} |")
+    return "\n".join(rows)
+
+
+TABLE9_PAPER = {  # gap -> quantile -> (prefill LPRS, prefill budget, request LPRS, request budget) ms
+    0.1: {"p50": (397.88, 406.09, 545.99, 555.51), "p80": (647.75, 662.35, 797.26, 830.74),
+          "p90": (772.10, 814.88, 908.34, 942.81), "p99": (889.45, 924.22, 952.56, 986.93)},
+    1.0: {"p50": (0.0934, 0.0890, 138.52, 129.29), "p80": (0.1208, 0.1174, 150.60, 147.47),
+          "p90": (0.1446, 0.1353, 152.49, 147.83), "p99": (22.890, 22.010, 153.35, 148.99)},
+}
+TABLE10_PAPER = {"Mean request E2E (ms)": (143.65, 111.68),
+                 "Mean prefill E2E (ms)": (136.04, 104.69),
+                 "P90 request E2E (ms)": (254.89, 192.15),
+                 "P90 prefill E2E (ms)": (247.58, 185.66),
+                 "Avg scheduled prefill seqs": (5.32, 0.46),
+                 "Avg prefill chunk": (0.78, 6.29)}
+
+
+def surrogate(out: Path, step_model: str) -> Path:
+    """An ONNX predictor for LPRS fitted to the step model (``sim.surrogate``)."""
+    from fairsched_plugin.sim import surrogate as sur
+    import numpy as np
+
+    path = out / "surrogate.onnx"
+    model = sur.parse_step_model(step_model)
+    weights, _, stats = sur.fit(model, sur.sample_batches(4000, 4096, 256, 4096,
+                                                           np.random.default_rng(0)))
+    sur.write(path, weights, model.description, stats)
+    print(f"surrogate predictor: MAPE {stats['mape_pct']:.1f}% against the step model")
+    return path
+
+
+def table9(out: Path, step_model: str, target_ms: str) -> str:
+    predictor = surrogate(out, step_model)
+    rows = ["| gap | quantile | sim prefill LPRS | paper | sim prefill budget | paper | "
+            "sim request LPRS | paper | sim request budget | paper |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for gap, paper in TABLE9_PAPER.items():
+        common = ["--workload", "sharegpt_fixed_gap", "--num-requests", "1000",
+                  "--param", f"gap_s={gap}", "--max-model-len", "4096", "--pool", POOL,
+                  "--step-model", step_model]
+        budget_dir, lprs_dir = out / f"table9-gap{gap}-budget", out / f"table9-gap{gap}-lprs"
+        run(["simulate", "--arms", "fcfs", "--max-num-batched-tokens", "1024",
+             *common, "--out", str(budget_dir)])
+        run(["simulate", "--arms", "fcfs+lprs", "--max-num-batched-tokens", "4096",
+             "--set", f"predictor.path={predictor}", "--set", f"lprs.target_ms={target_ms}",
+             *common, "--out", str(lprs_dir)])
+        lprs = stats(lprs_dir / "report.json", "fcfs+lprs")["latency"]
+        budget = stats(budget_dir / "report.json", "fcfs")["latency"]
+        for q, figures in paper.items():
+            sim = (lprs["prefill_e2e_s"][q]["mean"], budget["prefill_e2e_s"][q]["mean"],
+                   lprs["e2e_s"][q]["mean"], budget["e2e_s"][q]["mean"])
+            cells = " | ".join(f"{s * 1e3:.1f} | {p:g}" for s, p in zip(sim, figures))
+            rows.append(f"| {gap} s | {q.upper()} | {cells} |")
+    return "\n".join(rows)
+
+
+def table10(out: Path, step_model: str, target_ms: str) -> str:
+    predictor = surrogate(out, step_model)
+    target = out / "table10"
+    run(["simulate", "--arms", "fcfs+lprs,fcfs+lprs+apc", "--workload", "apc_mix",
+         "--max-num-batched-tokens", "4096", "--max-model-len", "4096",
+         "--set", f"predictor.path={predictor}", "--set", f"lprs.target_ms={target_ms}",
+         "--pool", POOL, "--step-model", step_model, "--out", str(target)])
+    off, on = (stats(target / "report.json", arm) for arm in ("fcfs+lprs", "fcfs+lprs+apc"))
+
+    def figures(agg: dict) -> list[float]:
+        lat, batch = agg["latency"], agg["batch"]
+        return [lat["e2e_s"]["mean"]["mean"] * 1e3, lat["prefill_e2e_s"]["mean"]["mean"] * 1e3,
+                lat["e2e_s"]["p90"]["mean"] * 1e3, lat["prefill_e2e_s"]["p90"]["mean"] * 1e3,
+                batch["avg_prefill_seqs_per_step"]["mean"],
+                batch["avg_prefill_chunk_tokens"]["mean"]]
+
+    rows = ["| metric | sim APC off | sim APC on | sim change | paper off | paper on |",
+            "|---|---|---|---|---|---|"]
+    for (name, paper), a, b in zip(TABLE10_PAPER.items(), figures(off), figures(on)):
+        rows.append(f"| {name} | {a:.2f} | {b:.2f} | {(b - a) / a:+.1%} | {paper[0]:g} | "
+                    f"{paper[1]:g} |")
+    apc = on.get("apc", {})
+    rows.append(f"| APC outcomes (on) | | {json.dumps({k: v['mean'] for k, v in apc.items()})} "
+                "| | | 4,960 cap, 1,541 min chunk |")
     return "\n".join(rows)
 
 
@@ -92,18 +173,28 @@ def seed002(out: Path, step_model: str, num_requests: int | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("which", choices=("table4", "seed002"))
+    parser.add_argument("which", choices=("table4", "table9", "table10", "seed002"))
+    parser.add_argument("--target-ms", default="105", help="LPRS target (seed 000: 105 ms)")
     parser.add_argument("--out", type=Path, default=Path("runs/sim-paper"))
     parser.add_argument("--step-model")
     parser.add_argument("--alpha", default="37.5", help="Aging's alpha (seed 000's code: 37.5)")
     parser.add_argument("--num-requests", type=int)
+    parser.add_argument("--max-num-seqs", type=int,
+                        help="table4: running-request limit (default: the budget, at most "
+                             "256; the paper does not state its own)")
     args = parser.parse_args()
     if args.which == "table4":
-        text = table4(args.out, args.step_model or "analytic:rtx4090:qwen3-8b", args.alpha)
+        text = table4(args.out, args.step_model or "analytic:rtx4090:qwen3-8b", args.alpha,
+                      args.max_num_seqs)
+    elif args.which in ("table9", "table10"):
+        args.out.mkdir(parents=True, exist_ok=True)
+        fn = table9 if args.which == "table9" else table10
+        text = fn(args.out, args.step_model or "analytic:rtxpro5000:qwen3-8b", args.target_ms)
     else:
         text = seed002(args.out, args.step_model or "analytic:a100:qwen3-0.6b",
                        args.num_requests)
-    (args.out / f"{args.which}.md").write_text(text + "\n")
+    suffix = f"-seqs{args.max_num_seqs}" if args.max_num_seqs else ""
+    (args.out / f"{args.which}{suffix}.md").write_text(text + "\n")
     print(text)
 
 

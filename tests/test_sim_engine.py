@@ -144,3 +144,32 @@ def test_simulate_command_writes_the_bench_report(tmp_path: Path) -> None:
     assert "## 1. Main comparison" in (out / "report.md").read_text()
     assert main(["simulate", "--case", str(case_path), "--step-model", "analytic:tpu9:qwen3-8b",
                  "--out", str(out)]) == 2
+
+
+def test_a_request_longer_than_the_model_fails_like_the_server(tmp_path: Path) -> None:
+    case = _case([(0.0, 100, 10), (0.0, 4000, 200)])
+    rows = _run("fcfs", case, tmp_path, SimSettings(max_model_len=4096)).run["requests"]
+    assert rows[0]["error"] is None and rows[0]["output_tokens"] == 10
+    assert rows[1]["error"] == "prompt + output tokens exceed max_model_len"
+    assert rows[1]["first_token_s"] is None
+
+
+def test_surrogate_predictor_reproduces_a_linear_step_model(tmp_path: Path) -> None:
+    """LPRS's stand-in predictor, fitted to a step model that is itself linear in the
+    features, predicts it (to float32 precision) through ONNX Runtime."""
+    import numpy as np
+
+    from fairsched_plugin.predictor.features import MemoryState, batch_row
+    from fairsched_plugin.predictor.runtime import LatencyPredictor
+    from fairsched_plugin.sim import surrogate
+
+    model = LinearStepModel(0.004, 0.0001, 0.0003)
+    batches = surrogate.sample_batches(300, 512, 32, 1024, np.random.default_rng(1))
+    weights, mape, _ = surrogate.fit(model, batches)
+    assert mape < 1e-6
+    path = surrogate.write(tmp_path / "s.onnx", weights, model.description, {"samples": 300})
+    predictor = LatencyPredictor.load(path, expected_memory_provider="kv_cache")
+    memory = MemoryState(1.0, 2.0, 1.0, 3.0)
+    rows = np.stack([batch_row(b.stats(), memory) for b in batches[:20]])
+    expected = [model.step_time_s(b, memory) * 1e3 for b in batches[:20]]
+    assert predictor.predict(rows) == pytest.approx(expected, rel=1e-4)
