@@ -116,10 +116,11 @@ def table9(out: Path, step_model: str, target_ms: str) -> str:
     return "\n".join(rows)
 
 
-def table10(out: Path, step_model: str, target_ms: str) -> str:
+def table10(out: Path, step_model: str, target_ms: str, rate_scale: float = 1.0) -> str:
     predictor = surrogate(out, step_model)
-    target = out / "table10"
+    target = out / f"table10-x{rate_scale:g}"
     run(["simulate", "--arms", "fcfs+lprs,fcfs+lprs+apc", "--workload", "apc_mix",
+         "--rate-scale", str(rate_scale),
          "--max-num-batched-tokens", "4096", "--max-model-len", "4096",
          "--set", f"predictor.path={predictor}", "--set", f"lprs.target_ms={target_ms}",
          "--pool", POOL, "--step-model", step_model, "--out", str(target)])
@@ -179,6 +180,8 @@ def main() -> None:
     parser.add_argument("--step-model")
     parser.add_argument("--alpha", default="37.5", help="Aging's alpha (seed 000's code: 37.5)")
     parser.add_argument("--num-requests", type=int)
+    parser.add_argument("--rate-scale", type=float, default=1.0,
+                        help="table10: multiply apc_mix's arrival rates")
     parser.add_argument("--max-num-seqs", type=int,
                         help="table4: running-request limit (default: the budget, at most "
                              "256; the paper does not state its own)")
@@ -188,12 +191,17 @@ def main() -> None:
                       args.max_num_seqs)
     elif args.which in ("table9", "table10"):
         args.out.mkdir(parents=True, exist_ok=True)
-        fn = table9 if args.which == "table9" else table10
-        text = fn(args.out, args.step_model or "analytic:rtxpro5000:qwen3-8b", args.target_ms)
+        step_model = args.step_model or "analytic:rtxpro5000:qwen3-8b"
+        if args.which == "table9":
+            text = table9(args.out, step_model, args.target_ms)
+        else:
+            text = table10(args.out, step_model, args.target_ms, args.rate_scale)
     else:
         text = seed002(args.out, args.step_model or "analytic:a100:qwen3-0.6b",
                        args.num_requests)
     suffix = f"-seqs{args.max_num_seqs}" if args.max_num_seqs else ""
+    if args.rate_scale != 1.0:
+        suffix += f"-x{args.rate_scale:g}"
     (args.out / f"{args.which}{suffix}.md").write_text(text + "\n")
     print(text)
 

@@ -77,7 +77,40 @@ def compare(sim: dict[str, Any], real: dict[str, Any]) -> str:
     out.append(f"\nSame order in {same} of {len(ranks)} (load, metric) pairs. Stock and fcfs "
                "schedule identically in the simulator (fcfs is an exact control), so their "
                "order there is a tie broken by name.")
+    out += ["", *policy_effect(sim, real, categories)]
     return "\n".join(out)
+
+
+def policy_effect(sim: dict[str, Any], real: dict[str, Any], categories: list[str],
+                  arm: str = "guarded-srpf", control: str = "fcfs") -> list[str]:
+    """The policy's effect against its exact control arm: simulated ratio vs the real
+    paired ratios (repeat r of the arm over repeat r of the control)."""
+    if arm not in sim["arms"] or control not in sim["arms"]:
+        return []
+    lines = [f"## Policy effect: {arm} / {control}", "",
+             "| load | metric | simulated | real paired ratios mean [min, max] | "
+             "same direction | real range holds the simulated ratio |",
+             "|---|---|---|---|---|---|"]
+    agree = total = inside = 0
+    for category in categories:
+        reps = {a: [e["summary"] for e in real["arms"][a]["repeats"]
+                    if e["category"] == category] for a in (arm, control)}
+        for name, path, _ in METRICS:
+            s = (leaf(sim["arms"][arm]["by_category"][category], path)["mean"]
+                 / leaf(sim["arms"][control]["by_category"][category], path)["mean"])
+            ratios = [leaf(a, path) / leaf(c, path) for a, c in zip(reps[arm], reps[control])]
+            mean = sum(ratios) / len(ratios)
+            same = (s - 1) * (mean - 1) > 0
+            held = min(ratios) <= s <= max(ratios)
+            agree += same
+            inside += held
+            total += 1
+            lines.append(f"| {category} | {name} | {s:.2f} | {mean:.2f} [{min(ratios):.2f}, "
+                         f"{max(ratios):.2f}] | {'yes' if same else 'no'} | "
+                         f"{'yes' if held else 'no'} |")
+    lines.append(f"\nSame direction in {agree} of {total}; the simulated ratio lies within "
+                 f"the real repeats' range in {inside} of {total}.")
+    return lines
 
 
 def main() -> None:
