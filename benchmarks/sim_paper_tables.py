@@ -63,7 +63,8 @@ def table4(out: Path, step_model: str, alpha: str, max_num_seqs: int | None) -> 
     return "\n".join(rows)
 
 
-TABLE9_PAPER = {  # gap -> quantile -> (prefill LPRS, prefill budget, request LPRS, request budget) ms
+# gap -> quantile -> (prefill LPRS, prefill budget, request LPRS, request budget), ms
+TABLE9_PAPER = {
     0.1: {"p50": (397.88, 406.09, 545.99, 555.51), "p80": (647.75, 662.35, 797.26, 830.74),
           "p90": (772.10, 814.88, 908.34, 942.81), "p99": (889.45, 924.22, 952.56, 986.93)},
     1.0: {"p50": (0.0934, 0.0890, 138.52, 129.29), "p80": (0.1208, 0.1174, 150.60, 147.47),
@@ -147,7 +148,16 @@ def table10(out: Path, step_model: str, target_ms: str, rate_scale: float = 1.0)
 SEED002_ARMS = "fcfs,spf,aging-spf,lpf,srtf,estf,af-lcb,tier"
 
 
-def seed002(out: Path, step_model: str, num_requests: int | None) -> str:
+SEED002_PAPER = {  # L40S, Qwen3-0.6B, averaged over categories: (tok/s, P95 latency s)
+    "fcfs": (217.2, 34.34), "tier": (213.7, 34.48), "spf": (230.3, 31.67),
+    "aging-spf": (244.9, 29.29), "estf": (None, 30.36), "srtf": (None, 34.29),
+    "lpf": (None, 34.97), "af-lcb": (None, 32.21),
+}
+"""Seed 002 Tables 2 and 3, the Qwen3-0.6B rows (the extracted text lost four throughput
+cells)."""
+
+
+def seed002(out: Path, step_model: str, num_requests: int | None, reuse: bool = False) -> str:
     target = out / "seed002"
     argv = ["simulate", "--arms", SEED002_ARMS, "--workload", "seed002",
             "--set", "service=ranked", "--set", "max_batch_size=16",
@@ -156,7 +166,8 @@ def seed002(out: Path, step_model: str, num_requests: int | None) -> str:
             "--out", str(target)]
     if num_requests:
         argv += ["--num-requests", str(num_requests)]
-    run(argv)
+    if not (reuse and (target / "report.json").exists()):
+        run(argv)
     report = json.loads((target / "report.json").read_text())
     arms = list(report["arms"])
     rows = ["| category | " + " | ".join(f"{a} tok/s, P95 E2E (s)" for a in arms) + " |",
@@ -169,6 +180,21 @@ def seed002(out: Path, step_model: str, num_requests: int | None) -> str:
             cells.append(f"{node['throughput']['output_tokens_per_s']['mean']:.0f}, "
                          f"{node['latency']['e2e_s']['p95']['mean']:.2f}")
         rows.append(f"| {category} | " + " | ".join(cells) + " |")
+    rows += ["", "Averaged over the categories, against FIFO (the paper: L40S, Qwen3-0.6B):", "",
+             "| policy | sim tok/s | sim P95 E2E (s) | sim P95 / FIFO | paper tok/s | "
+             "paper P95 (s) | paper P95 / FIFO |", "|---|---|---|---|---|---|---|"]
+    means = {}
+    for arm in arms:
+        nodes = [report["arms"][arm]["by_category"][c] for c in categories]
+        means[arm] = (sum(n["throughput"]["output_tokens_per_s"]["mean"] for n in nodes)
+                      / len(nodes),
+                      sum(n["latency"]["e2e_s"]["p95"]["mean"] for n in nodes) / len(nodes))
+    for arm in arms:
+        tok, p95 = means[arm]
+        paper_tok, paper_p95 = SEED002_PAPER.get(arm, (None, None))
+        rows.append(f"| {arm} | {tok:.0f} | {p95:.2f} | {p95 / means['fcfs'][1]:.3f} | "
+                    f"{paper_tok if paper_tok is not None else '-'} | {paper_p95} | "
+                    f"{paper_p95 / SEED002_PAPER['fcfs'][1]:.3f} |")
     return "\n".join(rows)
 
 
@@ -180,6 +206,8 @@ def main() -> None:
     parser.add_argument("--step-model")
     parser.add_argument("--alpha", default="37.5", help="Aging's alpha (seed 000's code: 37.5)")
     parser.add_argument("--num-requests", type=int)
+    parser.add_argument("--reuse", action="store_true",
+                        help="seed002: format an existing report instead of running")
     parser.add_argument("--rate-scale", type=float, default=1.0,
                         help="table10: multiply apc_mix's arrival rates")
     parser.add_argument("--max-num-seqs", type=int,
@@ -198,7 +226,7 @@ def main() -> None:
             text = table10(args.out, step_model, args.target_ms, args.rate_scale)
     else:
         text = seed002(args.out, args.step_model or "analytic:a100:qwen3-0.6b",
-                       args.num_requests)
+                       args.num_requests, args.reuse)
     suffix = f"-seqs{args.max_num_seqs}" if args.max_num_seqs else ""
     if args.rate_scale != 1.0:
         suffix += f"-x{args.rate_scale:g}"

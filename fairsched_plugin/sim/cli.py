@@ -27,12 +27,12 @@ from ..bench.workloads import (
 from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR
 from ..predictor.runtime import PredictorError
+from . import analytic
 from .engine import SimulationStalled
 from .hardware import PresetError
 from .matrix import Cases, run_matrix
 from .scheduler_factory import SimSettings
 from .step_models import AnalyticStepModel, OnnxStepModel, StepModel, parse_step_model
-from . import analytic
 
 MIB = 1 << 20
 

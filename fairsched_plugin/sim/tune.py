@@ -13,7 +13,7 @@ import argparse
 import itertools
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..bench.arms import STOCK, Arm, parse_arm, parse_arms
+from ..bench.cli import plugin_settings
 from ..bench.metrics import summarize_run
 from ..config import ConfigError
 from ..predictor.runtime import PredictorError
@@ -30,7 +31,6 @@ from .hardware import PresetError
 from .matrix import run_matrix
 from .scheduler_factory import arm_additional_config
 from .step_models import parse_step_model
-from ..bench.cli import plugin_settings
 
 DEFAULT_SPACE = (
     "fcfs",
@@ -99,7 +99,9 @@ def best(candidates: list[Candidate]) -> Candidate | None:
     return min(feasible, key=lambda c: (c.ttft_p50, c.ttft_p99)) if feasible else None
 
 
-def tune(arms: list[Arm], args: argparse.Namespace, progress=None) -> tuple[Candidate, list[Candidate]]:
+def tune(arms: list[Arm], args: argparse.Namespace,
+         progress: Callable[[str], None] | None = None) -> tuple[Candidate, list[Candidate]]:
+    """Stock and every candidate on the same cases; candidates judged against stock."""
     model = parse_step_model(args.step_model)
     settings = settings_from_args(args, model)
     cases_for = case_loader(args)
@@ -112,7 +114,8 @@ def tune(arms: list[Arm], args: argparse.Namespace, progress=None) -> tuple[Cand
     return base, candidates
 
 
-def _plot(path: Path, base: Candidate, candidates: list[Candidate], winner: Candidate | None) -> None:
+def _plot(path: Path, base: Candidate, candidates: list[Candidate],
+          winner: Candidate | None) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -123,7 +126,8 @@ def _plot(path: Path, base: Candidate, candidates: list[Candidate], winner: Cand
         ax.scatter(c.ttft_p50 * 1e3, c.ttft_p99 * 1e3, s=18,
                    color="tab:blue" if c.feasible else "lightgray",
                    edgecolors="black" if c.arm in front else "none")
-    ax.scatter(base.ttft_p50 * 1e3, base.ttft_p99 * 1e3, marker="s", color="black", label="stock")
+    ax.scatter(base.ttft_p50 * 1e3, base.ttft_p99 * 1e3, marker="s", color="black",
+               label="stock")
     if winner is not None:
         ax.scatter(winner.ttft_p50 * 1e3, winner.ttft_p99 * 1e3, marker="*", s=160,
                    color="tab:red", label=f"best: {winner.arm}")
@@ -164,7 +168,8 @@ def main(args: argparse.Namespace) -> int:
     winner = best(candidates)
     args.out.mkdir(parents=True, exist_ok=True)
     lines = ["| candidate | TTFT P50 (ms) | TTFT P99 (ms) | E2E mean (ms) | tok/s | "
-             "P50 / P99 / E2E / tok/s vs stock | feasible | frontier |", "|---|---|---|---|---|---|---|---|"]
+             "P50 / P99 / E2E / tok/s vs stock | feasible | frontier |",
+             "|---|---|---|---|---|---|---|---|"]
     front = {c.arm for c in frontier(candidates)}
     for c in [base, *sorted(candidates, key=lambda c: (not c.feasible, c.ttft_p50))]:
         r = c.ratios
