@@ -83,6 +83,14 @@ def test_bad_input_names_the_problem(tmp_path: Path) -> None:
         parse_step_model("magic:1")
     with pytest.raises(PresetError, match="unknown accelerator field"):
         parse_step_model("analytic:h100:qwen3-8b:speed=2")
+    from fairsched_plugin.predictor.runtime import PredictorError
+
+    with pytest.raises(PredictorError, match="missing.onnx: no such file"):
+        parse_step_model(f"onnx:{tmp_path / 'missing.onnx'}")
+    bogus = tmp_path / "bogus.onnx"
+    bogus.write_bytes(b"not a model")
+    with pytest.raises(PredictorError, match="bogus.onnx"):
+        parse_step_model(f"onnx:{bogus}")
 
 
 def test_a_config_json_path_and_overrides_work(tmp_path: Path) -> None:
