@@ -44,6 +44,8 @@ def main() -> None:
                                                                         model.accelerator),
                                kv_bytes_per_token=model.config.kv_bytes_per_token)
     results = {}
+    for spec in ("stock", args.arm):  # warm-up: imports and vLLM's first config are slow
+        simulate(parse_arm(spec), case[:20], model, settings)
     for spec in ("stock", args.arm):
         wall, cpu = time.perf_counter(), time.process_time()
         result = simulate(parse_arm(spec), case, model, settings)
