@@ -5,6 +5,7 @@ device's. Only the construction is the simulator's; the classes are the real one
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,12 +69,21 @@ def arm_additional_config(arm: Arm, trace_path: Path | None) -> dict[str, Any]:
         *parents, leaf = path.split(".")
         for parent in parents:
             node = node.setdefault(parent, {})
-        node[leaf] = value
+        node[leaf] = _typed(value)
     if trace_path is not None and "trace_path" not in section:
         section["trace_path"] = str(trace_path)
     if section.get("trace_path") == "":
         del section["trace_path"]
     return {"fairsched": section}
+
+
+def _typed(text: str) -> Any:
+    """``"1.5"`` -> 1.5, ``"true"`` -> True, anything else as given: the printed
+    ``--additional-config`` reads like JSON a person wrote (the loader accepts both)."""
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return text
 
 
 def make_arm_scheduler(
