@@ -65,3 +65,15 @@ def test_tune_says_so_when_nothing_beats_stock(tmp_path: Path, capsys) -> None:
                  "--max-e2e-ratio", "0.5", "--out", str(tmp_path / "t")])
     assert code == 1
     assert "no candidate meets the objective" in capsys.readouterr().out
+
+
+def test_a_candidate_no_faster_than_stock_does_not_win(tmp_path: Path, capsys) -> None:
+    """fcfs meets every bound (it is stock's schedule) but does not lower the median."""
+    from fairsched_plugin.cli import main
+
+    code = main(["tune", "--case", str(_case(tmp_path / "case.jsonl")),
+                 "--space", "fcfs", "--step-model", "linear:2:0.1",
+                 "--max-num-batched-tokens", "64", "--max-num-seqs", "16",
+                 "--out", str(tmp_path / "t")])
+    assert code == 1
+    assert "stock vLLM stays best" in capsys.readouterr().out

@@ -94,8 +94,10 @@ def frontier(candidates: list[Candidate]) -> list[Candidate]:
                        for o in candidates)]
 
 
-def best(candidates: list[Candidate]) -> Candidate | None:
-    feasible = [c for c in candidates if c.feasible]
+def best(candidates: list[Candidate], base: Candidate) -> Candidate | None:
+    """The feasible candidate with the lowest median TTFT, if it beats stock's (stock is
+    always a candidate: a policy no better than vLLM's own is not worth deploying)."""
+    feasible = [c for c in candidates if c.feasible and c.ttft_p50 < base.ttft_p50]
     return min(feasible, key=lambda c: (c.ttft_p50, c.ttft_p99)) if feasible else None
 
 
@@ -165,7 +167,7 @@ def main(args: argparse.Namespace) -> int:
             OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    winner = best(candidates)
+    winner = best(candidates, base)
     args.out.mkdir(parents=True, exist_ok=True)
     lines = ["| candidate | TTFT P50 (ms) | TTFT P99 (ms) | E2E mean (ms) | tok/s | "
              "P50 / P99 / E2E / tok/s vs stock | feasible | frontier |",
@@ -182,7 +184,8 @@ def main(args: argparse.Namespace) -> int:
     _plot(args.out / "tune.png", base, candidates, winner)
     (args.out / "tune.md").write_text(table + "\n")
     if winner is None:
-        print("no candidate meets the objective; stock vLLM stays best")
+        print("no candidate meets the objective with a lower median TTFT than stock; "
+              "stock vLLM stays best")
         return 1
     arm = next(a for a in arms if a.name == winner.arm)
     config = arm_additional_config(arm, None)
