@@ -13,6 +13,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import profile as bench_profile
     from .model import tiny
     from .predictor import cli as predictor_cli
+    from .sim import cli as sim_cli
+    from .sim import tune as sim_tune
 
     parser = argparse.ArgumentParser(prog="fairsched", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
@@ -22,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cli.add_cli(subparsers)
     bench_profile.add_cli(subparsers)
     predictor_cli.add_cli(subparsers)
+    sim_cli.add_cli(subparsers)
+    sim_tune.add_cli(subparsers)
     return parser
 
 

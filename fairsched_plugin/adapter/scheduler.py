@@ -51,7 +51,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from contextlib import closing
 from typing import Any
 
@@ -152,14 +152,17 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
     scheduler built without it (vLLM's own tests build one with ``object.__new__``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # ``clock``: what "now" is for the policy (ages, deadlines) and the step monitor;
+        # the simulator passes its virtual clock, a server the wall clock.
+        self._clock: Callable[[], float] = kwargs.pop("clock", None) or time.time
         vllm_config = _vllm_config_of(args, kwargs)
         config = self.fairsched_config = load_config(vllm_config.additional_config)
-        self.fairsched_policy = make_policy(config, epoch=time.time())
+        self.fairsched_policy = make_policy(config, epoch=self._clock())
         super().__init__(*args, **kwargs)
         check_scheduler_state(self)
         log_surface(logger, VllmCompat, vllm.__version__)
         policy = self.fairsched_policy
-        self._now = time.time()
+        self._now = self._clock()
         self._deadlines: dict[str, float] = {}
         self._cached_prefix: dict[str, int] = {}
         self._failures: dict[str, int] = {}
@@ -189,7 +192,12 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
                 self, config.profile, vllm_config, per_engine_path(config.profile.path, parallel))
             listeners.append(self._profiler.on_step)
         trace_path = per_engine_path(config.trace_path, parallel) if config.trace_path else None
-        self._steps = StepMonitor(trace_path, listeners) if trace_path or listeners else None
+        self._steps = (
+            StepMonitor(trace_path, listeners,
+                        clock=None if self._clock is time.time else self._clock)
+            if trace_path or listeners
+            else None
+        )
         self._log_active(vllm_config)
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
@@ -212,7 +220,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
     def _prepare_step(self, throttle_prefills: bool) -> None:
         """The plugin's part of a step, before vLLM's loop: refresh, hide, plan."""
         policy = self.fairsched_policy
-        self._now = time.time()
+        self._now = self._clock()
         if policy.dynamic and policy.refresh(self._now, self.get_kv_cache_usage()):
             self.waiting.rekey()
             self.kv_holding_waiting.rekey()

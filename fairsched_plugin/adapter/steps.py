@@ -26,7 +26,16 @@ StepListener = Callable[[dict[str, Any]], None]
 class StepMonitor:
     """Collects a record at dispatch, completes it when the output returns, hands it on."""
 
-    def __init__(self, trace_path: str | Path | None, listeners: list[StepListener]) -> None:
+    def __init__(
+        self,
+        trace_path: str | Path | None,
+        listeners: list[StepListener],
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        """``clock``: one clock for record times and step durations (the simulator's
+        virtual clock); None reads the wall clock and ``time.monotonic``."""
+        self._wall: Callable[[], float] = clock or time.time
+        self._mono: Callable[[], float] = clock or time.monotonic
         self._file: TextIO | None = None
         if trace_path:
             path = Path(trace_path)
@@ -59,8 +68,8 @@ class StepMonitor:
         self._step += 1
         self._pending[id(output)] = {
             "step": self._step,
-            "t": time.time(),
-            "t_dispatch_mono": time.monotonic(),
+            "t": self._wall(),
+            "t_dispatch_mono": self._mono(),
             "num_decodes": len(scheduled) - len(chunks),
             "decode_tokens": decode_tokens,
             "num_prefills": len(chunks),
@@ -75,12 +84,12 @@ class StepMonitor:
 
     def on_output(self, output: SchedulerOutput) -> None:
         """Called on entry to ``update_from_output`` for the same output object."""
-        now = time.monotonic()
+        now = self._mono()
         record = self._pending.pop(id(output), None)
         if record is not None:
             started = max(record.pop("t_dispatch_mono"), self._last_update)
             record["step_time_s"] = now - started
-            record["t_done"] = time.time()
+            record["t_done"] = self._wall()
             for listener in self._listeners:
                 listener(record)
             if self._file is not None:

@@ -1,0 +1,194 @@
+"""``fairsched simulate``: ``fairsched bench`` without a server.
+
+The same workload, arm and report options as ``bench``; the engine is vLLM's real
+scheduler on a virtual clock with a step-time model (``--step-model``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..bench.arms import parse_arms
+from ..bench.cli import _scales, _workload_names, load_pool, plugin_settings
+from ..bench.report import analyse_runs, render_markdown, write_report
+from ..bench.workloads import (
+    WORKLOADS,
+    add_pool_arguments,
+    build_workload_from_args,
+    case_summary,
+    read_case,
+    write_case,
+)
+from ..config import ConfigError
+from ..model.tiny import DEFAULT_MODEL_DIR
+from ..predictor.runtime import PredictorError
+from . import analytic
+from .engine import SimulationStalled
+from .hardware import PresetError
+from .matrix import Cases, run_matrix
+from .scheduler_factory import SimSettings
+from .step_models import AnalyticStepModel, OnnxStepModel, StepModel, parse_step_model
+
+MIB = 1 << 20
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Workload, engine and step-model options shared by ``simulate`` and ``tune``."""
+    case = parser.add_mutually_exclusive_group(required=True)
+    case.add_argument("--workload", type=_workload_names, metavar="NAME[,NAME...]",
+                      help="generate these workloads: " + ", ".join(WORKLOADS)
+                           + " or 'seed002'")
+    case.add_argument("--case", type=Path, help="replay this case file (JSONL)")
+    parser.add_argument("--step-model", required=True, metavar="SPEC",
+                        help="onnx:PATH | analytic:ACCEL:MODEL[:field=value...] | "
+                             "linear:BASE_MS:PER_TOKEN_MS")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-requests", type=int)
+    parser.add_argument("--rate-scale", type=_scales, default=[1.0], metavar="X[,X...]")
+    parser.add_argument("--max-prompt-tokens", type=int)
+    parser.add_argument("--max-output-tokens", type=int)
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
+                        help="tokenizer for building a ShareGPT pool (not with --pool)")
+    parser.add_argument("--pool", type=Path, help="ShareGPT pair pool (JSONL)")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=256)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--block-size", type=int, default=16,
+                        help="KV block size (the CPU engine uses 128)")
+    parser.add_argument("--kv-cache-tokens", type=int,
+                        help="KV cache size in tokens (default: from the analytic model's "
+                             "device memory, or the ONNX model's training memory features, "
+                             "else 2^20)")
+    parser.add_argument("--kv-bytes-per-token", type=int,
+                        help="bytes of K and V per token (default: from the analytic model, "
+                             "else 4096, the tiny CPU model in float32)")
+    parser.add_argument("--prefix-caching", action="store_true",
+                        help="turn vLLM's prefix cache on (prompts are distinct stand-in "
+                             "token ids, so it only matters for identical case ids)")
+    parser.add_argument("--max-virtual-s", type=float, default=86_400.0,
+                        help="stop and name the unfinished requests past this virtual time")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="plugin config for every plugin arm, dotted key")
+    add_pool_arguments(parser)
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    sim = subparsers.add_parser(
+        "simulate", help="bench's workloads, arms and report on vLLM's real scheduler with "
+                         "a virtual clock and a step-time model (no server)")
+    sim.add_argument("--arms", "--policies", dest="arms", default="stock,fcfs,aging")
+    sim.add_argument("--repeat", type=int, default=1,
+                     help="workload seeds seed..seed+N-1 (a simulation itself never varies)")
+    sim.add_argument("--out", type=Path, default=Path("runs/simulate"))
+    sim.add_argument("--no-trace", action="store_true",
+                     help="keep no per-step trace (faster, less memory; no batch tables)")
+    sim.add_argument("--target-ms", type=float)
+    add_engine_arguments(sim)
+    sim.set_defaults(func=main)
+
+
+def settings_from_args(args: argparse.Namespace, model: StepModel) -> SimSettings:
+    """Engine settings; the KV cache follows the step model unless given."""
+    kv_tokens, kv_bytes = 1 << 20, 4096
+    if isinstance(model, AnalyticStepModel):
+        kv_bytes = model.config.kv_bytes_per_token
+        kv_tokens = analytic.kv_cache_tokens(model.config, model.accelerator)
+    elif isinstance(model, OnnxStepModel) and model.reserved_mb:
+        kv_bytes = args.kv_bytes_per_token or kv_bytes
+        kv_tokens = int(model.reserved_mb * MIB // kv_bytes)
+    return SimSettings(
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=args.max_model_len,
+        block_size=args.block_size,
+        kv_cache_tokens=args.kv_cache_tokens or kv_tokens,
+        kv_bytes_per_token=args.kv_bytes_per_token or kv_bytes,
+        enable_prefix_caching=args.prefix_caching,
+        max_virtual_s=args.max_virtual_s,
+    )
+
+
+def case_loader(args: argparse.Namespace):
+    """Cases per repeat: the case file every time, or the workloads built with seed + r."""
+    if args.case:
+        fixed = {args.case.stem: read_case(args.case)}
+        return lambda r: fixed
+    pool = load_pool(args)
+
+    def build(r: int) -> Cases:
+        seeded = argparse.Namespace(**{**vars(args), "seed": args.seed + r})
+        cases = {}
+        for name in args.workload:
+            for scale in args.rate_scale:
+                label = name if len(args.rate_scale) == 1 else f"{name}@x{scale:g}"
+                cases[label] = build_workload_from_args(name, pool, seeded, rate_scale=scale)
+        return cases
+
+    return build
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        arms = parse_arms(args.arms, plugin_settings(_with_service(args)))
+        model = parse_step_model(args.step_model)
+        settings = settings_from_args(args, model)
+        cases_for = case_loader(args)
+        first = cases_for(0)
+    except (ConfigError, PresetError, PredictorError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, case in first.items():
+        write_case(args.out / (f"case-{name}.jsonl" if len(first) > 1 else "case.jsonl"), case)
+        print(f"{name}: {case_summary(case)}", flush=True)
+    print(f"step model: {model.description}")
+    started = time.perf_counter()
+    try:
+        runs, timing = run_matrix(arms, lambda r: first if r == 0 else cases_for(r), model,
+                                  settings, repeat=args.repeat, out_dir=args.out,
+                                  trace=not args.no_trace, progress=print)
+    except SimulationStalled as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    except (ConfigError, ValueError) as exc:  # vLLM's own config checks are ValueErrors
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    elapsed = time.perf_counter() - started
+    config = simulation_config(args, arms, first, model, settings)
+    config["simulator_time"] = {
+        "wall_s": round(elapsed, 2), "steps": timing.steps,
+        "vllm_schedule_s": round(timing.schedule_s, 2),
+        "vllm_update_s": round(timing.update_s, 2),
+        "step_model_s": round(timing.step_model_s, 2),
+    }
+    (args.out / "config.json").write_text(json.dumps(config, indent=2))
+    report = write_report(args.out, runs, config=config, target_ms=args.target_ms)
+    print(render_markdown(analyse_runs(runs), main_only=True))
+    print(f"simulated in {elapsed:.1f} s; report: {report}")
+    return 0
+
+
+def _with_service(args: argparse.Namespace) -> argparse.Namespace:
+    """``plugin_settings`` reads bench's service options; the simulator has none."""
+    return argparse.Namespace(**{**vars(args), "service": None, "max_batch_size": None})
+
+
+def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model: StepModel,
+                      settings: SimSettings) -> dict[str, Any]:
+    return {
+        "command": " ".join(["fairsched", *sys.argv[1:]]),
+        "simulated": True,
+        "step_model": model.description,
+        "arms": [arm.name for arm in arms],
+        "workload": ",".join(args.workload) if args.workload else str(args.case),
+        "case": {name: case_summary(case) for name, case in cases.items()},
+        "plugin_settings": plugin_settings(_with_service(args)),
+        "engine": {k: getattr(settings, k) for k in settings.__dataclass_fields__},
+        "repeat": args.repeat,
+    }

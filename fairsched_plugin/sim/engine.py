@@ -1,0 +1,261 @@
+"""The engine loop of one simulated run: arrivals on the virtual clock, vLLM's
+``schedule()``, a modelled step time, fake outputs through ``update_from_output``.
+
+Sync engine semantics (one batch in flight, as the CPU engine and ``--no-async-scheduling``
+run): at virtual time t the requests that arrived by t are added, the scheduler plans a
+step, the step model says it takes d, the clock moves to t + d and the step's outputs are
+applied; every request that sampled a token in it sees the token at t + d. An idle engine
+jumps to the next arrival. Each request emits exactly its target output tokens (EOS
+ignored), so token accounting is exact by construction and checked at the end.
+
+The result is a run in the shape ``bench.report`` reads (``bench.runner.save_run``):
+client-side times (arrival, first token, finish) are virtual times, the trace is the
+plugin's own step monitor's (or, for stock vLLM, the same monitor driven from here).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm.sampling_params import SamplingParams
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+
+from ..adapter.profiling import kv_state_reader
+from ..adapter.scheduler import has_prefill_work
+from ..adapter.steps import StepMonitor
+from ..bench.arms import STOCK, Arm
+from ..bench.runner import join_trace, read_jsonl
+from ..bench.workloads import WorkloadRequest
+from ..predictor.memory import KvCacheMemory
+from .batch import SimBatch
+from .clock import VirtualClock
+from .scheduler_factory import SimSettings, make_arm_scheduler
+from .step_models import StepModel
+
+
+TOO_LONG = "prompt + output tokens exceed max_model_len"
+
+
+class SimulationStalled(RuntimeError):
+    """A run that cannot finish: the message names the unfinished requests."""
+
+
+def engine_request_id(case_id: str) -> str:
+    """vLLM's id of a completion as the server forms it (``cmpl-<id>-<choice>``), so the
+    trace joins to the case with the benchmark's own ``join_trace``."""
+    return f"cmpl-{case_id}-0"
+
+
+def prompt_token_ids(case: WorkloadRequest, vocab: int = 997) -> list[int]:
+    """Deterministic stand-in token ids (only their count matters without prefix caching;
+    distinct per request so a prefix cache finds no false sharing)."""
+    seed = zlib.crc32(case.id.encode())
+    return [(seed + 7919 * i) % vocab + 2 for i in range(case.prompt_tokens)]
+
+
+def make_request(case: WorkloadRequest) -> Request:
+    return Request(
+        request_id=engine_request_id(case.id),
+        prompt_token_ids=prompt_token_ids(case),
+        sampling_params=SamplingParams(max_tokens=case.output_tokens, ignore_eos=True),
+        pooling_params=None,
+        arrival_time=case.arrival_s,
+    )
+
+
+_cpu = time.process_time
+"""The loop's timings are this process's CPU seconds: on a shared machine wall time also
+counts other processes, and the split between the parts would be noise."""
+
+
+@dataclass
+class Timing:
+    """CPU time spent in each part of the loop (for ``benchmarks/``)."""
+
+    schedule_s: float = 0.0
+    update_s: float = 0.0
+    step_model_s: float = 0.0
+    other_s: float = 0.0
+    steps: int = 0
+
+
+@dataclass
+class SimRun:
+    """One arm on one case: the report's run dict, and what the loop measured."""
+
+    run: dict[str, Any]
+    timing: Timing
+    virtual_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _result_row(case: WorkloadRequest) -> dict[str, Any]:
+    return {"id": case.id, "category": case.category, "tier": case.tier,
+            "prompt_tokens": case.prompt_tokens, "target_output_tokens": case.output_tokens,
+            "arrival_s": case.arrival_s, "sent_s": case.arrival_s, "first_token_s": None,
+            "finish_s": None, "output_tokens": 0, "error": None,
+            "class": case.request_class}
+
+
+def _batch_of(scheduler: Scheduler, output: Any) -> tuple[SimBatch, set[str], list[str]]:
+    """The step's batch (per sequence), its prefill ids and the prefills it completes, read
+    after ``schedule()`` (which has already advanced ``num_computed_tokens``)."""
+    batch = SimBatch()
+    prefill_ids: set[str] = set()
+    finished: list[str] = []
+    for req_id, n in output.num_scheduled_tokens.items():
+        request = scheduler.requests[req_id]
+        before = request.num_computed_tokens - n
+        if has_prefill_work(request, before):
+            prefill_ids.add(req_id)
+            batch.prefills.append((n, before))
+            if before + n >= request.num_tokens:
+                finished.append(req_id)
+        else:
+            batch.decodes.append((before, n))
+    return batch, prefill_ids, finished
+
+
+def simulate(
+    arm: Arm,
+    case: Iterable[WorkloadRequest],
+    step_model: StepModel,
+    settings: SimSettings,
+    trace_path: Path | None = None,
+    category: str | None = None,
+) -> SimRun:
+    """Run ``arm`` on ``case`` (arrival-ordered) to completion on a virtual clock.
+
+    ``trace_path``: where the per-step trace goes (None: no trace). Raises
+    :class:`SimulationStalled` past ``settings.max_virtual_s`` or when a step schedules
+    nothing while requests wait and nothing more will arrive.
+    """
+    clock = VirtualClock()
+    scheduler = make_arm_scheduler(arm, settings, clock, trace_path)
+    monitor = None
+    if arm.name == STOCK and trace_path is not None:
+        monitor = StepMonitor(trace_path, [], clock=clock)
+    memory = KvCacheMemory(kv_state_reader(scheduler))
+    timing = Timing()
+    rows: dict[str, dict[str, Any]] = {}
+    cases: Iterator[WorkloadRequest] = iter(case)
+    upcoming = next(cases, None)
+    last_arrival = -1.0
+    cpu_start = _cpu()
+    try:
+        while True:
+            while upcoming is not None and upcoming.arrival_s <= clock.now:
+                if upcoming.arrival_s < last_arrival:
+                    raise ValueError(f"case is not in arrival order at {upcoming.id}")
+                last_arrival = upcoming.arrival_s
+                row = rows[engine_request_id(upcoming.id)] = _result_row(upcoming)
+                if upcoming.prompt_tokens + upcoming.output_tokens > settings.max_model_len:
+                    # What the server answers (HTTP 400): counted as failed, never scheduled.
+                    row["error"] = TOO_LONG
+                else:
+                    scheduler.add_request(make_request(upcoming))
+                upcoming = next(cases, None)
+            if not scheduler.has_unfinished_requests():
+                if upcoming is None:
+                    break
+                clock.jump_to(upcoming.arrival_s)
+                continue
+            if clock.now > settings.max_virtual_s:
+                _stalled(scheduler, f"still unfinished at virtual time {clock.now:.1f} s "
+                                    f"(bound {settings.max_virtual_s:g} s)")
+            t0 = _cpu()
+            output = scheduler.schedule()
+            t1 = _cpu()
+            timing.schedule_s += t1 - t0
+            if output.total_num_scheduled_tokens == 0:
+                if upcoming is None:
+                    _stalled(scheduler, "nothing schedulable and nothing left to arrive")
+                clock.jump_to(upcoming.arrival_s)
+                scheduler.update_from_output(output, _model_output({}))
+                continue
+            batch, prefill_ids, finished = _batch_of(scheduler, output)
+            if monitor is not None:
+                monitor.on_dispatch(
+                    output, prefill_ids, finished,
+                    [new.req_id for new in output.scheduled_new_reqs],
+                    num_running=len(scheduler.running), num_waiting=len(scheduler.waiting))
+            state = memory.read()
+            t2 = _cpu()
+            duration = step_model.step_time_s(batch, state)
+            t3 = _cpu()
+            timing.step_model_s += t3 - t2
+            clock.advance(duration)
+            sampled = {req_id: ([] if scheduler.requests[req_id].is_prefill_chunk else [1])
+                       for req_id in output.num_scheduled_tokens}
+            if monitor is not None:
+                monitor.on_output(output)
+            t4 = _cpu()
+            engine_outputs = scheduler.update_from_output(output, _model_output(sampled))
+            t5 = _cpu()
+            timing.update_s += t5 - t4
+            timing.steps += 1
+            _record(engine_outputs, rows, clock.now)
+    finally:
+        scheduler.shutdown()
+        if monitor is not None:
+            monitor.close()
+    timing.other_s = _cpu() - cpu_start - (
+        timing.schedule_s + timing.update_s + timing.step_model_s)
+    requests = list(rows.values())
+    _check_tokens(requests)
+    trace = read_jsonl(trace_path) if trace_path is not None else []
+    joined = join_trace(requests, trace, 0.0)
+    run: dict[str, Any] = {"requests": requests, "trace": trace,
+                           "meta": {"start_wall": 0.0, "trace_joined": joined,
+                                    "simulated": True, "step_model": step_model.description}}
+    if category is not None:
+        run["category"] = category
+    return SimRun(run, timing, clock.now)
+
+
+def _model_output(sampled: dict[str, list[int]]) -> ModelRunnerOutput:
+    ids = list(sampled)
+    return ModelRunnerOutput(
+        req_ids=ids, req_id_to_index={req_id: i for i, req_id in enumerate(ids)},
+        sampled_token_ids=[sampled[req_id] for req_id in ids], logprobs=None,
+        prompt_logprobs_dict={}, pooler_output=[])
+
+
+def _record(engine_outputs: Any, rows: dict[str, dict[str, Any]], now: float) -> None:
+    """What a streaming client sees at ``now``: new tokens, first token, finish."""
+    for outputs in engine_outputs.values():
+        for out in outputs.outputs:
+            row = rows.get(out.request_id)
+            if row is None:
+                continue
+            if out.new_token_ids:
+                if row["first_token_s"] is None:
+                    row["first_token_s"] = now
+                row["output_tokens"] += len(out.new_token_ids)
+            if out.finish_reason is not None:
+                row["finish_s"] = now
+
+
+def _check_tokens(requests: list[dict[str, Any]]) -> None:
+    """Every request got exactly its target tokens, first token before finish."""
+    for row in requests:
+        if row["error"] is not None:
+            continue
+        if (row["output_tokens"] != row["target_output_tokens"] or row["finish_s"] is None
+                or row["first_token_s"] > row["finish_s"]):
+            raise AssertionError(f"simulated request {row['id']}: {row['output_tokens']} of "
+                                 f"{row['target_output_tokens']} tokens, first "
+                                 f"{row['first_token_s']}, finish {row['finish_s']}")
+
+
+def _stalled(scheduler: Scheduler, why: str) -> None:
+    ids = sorted(scheduler.requests)
+    shown = ", ".join(ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
+    raise SimulationStalled(f"simulation stopped: {len(ids)} request(s) {why}: {shown}")

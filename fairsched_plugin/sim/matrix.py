@@ -1,0 +1,70 @@
+"""Every arm on every case, simulated: the ``Runs`` that ``bench.report`` reads.
+
+Repeats of a simulation are identical (it is deterministic), so ``repeat`` here means
+workload seeds: repeat r replays the cases generated with seed + r, and the report's
+spread is the workload's sampling noise, not the engine's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..bench.arms import Arm
+from ..bench.workloads import WorkloadRequest
+from .engine import SimRun, Timing, simulate
+from .scheduler_factory import SimSettings
+from .step_models import StepModel
+
+Cases = Mapping[str, Sequence[WorkloadRequest]]
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def run_matrix(
+    arms: Sequence[Arm],
+    cases_for_repeat: Callable[[int], Cases],
+    step_model: StepModel,
+    settings: SimSettings,
+    *,
+    repeat: int = 1,
+    out_dir: Path | None = None,
+    trace: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, list[dict[str, Any]]], Timing]:
+    """Runs per arm (one per case and repeat) and the summed loop timing. With
+    ``out_dir`` each run's trace is kept under ``out_dir/runs/ARM/rN[/CASE]``."""
+    runs: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
+    total = Timing()
+    for r in range(repeat):
+        cases = cases_for_repeat(r)
+        single = len(cases) == 1
+        for arm in arms:
+            for name, case in cases.items():
+                trace_path = None
+                if trace and out_dir is not None:
+                    run_dir = out_dir / "runs" / slug(arm.name) / f"r{r + 1}"
+                    if not single:
+                        run_dir = run_dir / slug(name)
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    trace_path = run_dir / "trace.jsonl"
+                result: SimRun = simulate(arm, case, step_model, settings, trace_path,
+                                          category=None if single else name)
+                runs[arm.name].append(result.run)
+                _add(total, result.timing)
+                if progress is not None:
+                    progress(f"[seed +{r}] {arm.name} {name}: {len(case)} requests, "
+                             f"{result.timing.steps} steps, virtual {result.virtual_s:.1f} s")
+    return runs, total
+
+
+def _add(total: Timing, part: Timing) -> None:
+    total.schedule_s += part.schedule_s
+    total.update_s += part.update_s
+    total.step_model_s += part.step_model_s
+    total.other_s += part.other_s
+    total.steps += part.steps

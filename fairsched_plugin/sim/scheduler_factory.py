@@ -1,0 +1,133 @@
+"""Build the scheduler an arm runs: vLLM's stock ``Scheduler`` or the plugin's
+``FairScheduler`` (sync variant), unchanged, over a KV cache sized like the simulated
+device's. Only the construction is the simulator's; the classes are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from vllm.config import CacheConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.structured_output import StructuredOutputManager
+
+from ..adapter.offline import write_config_only_model
+from ..bench.arms import STOCK, Arm
+from ..config import KEYS
+from .clock import VirtualClock
+
+_MODEL_DIR: Path | None = None
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """Engine settings every arm shares (the simulated ``vllm serve`` arguments), and the
+    simulated KV cache: ``kv_cache_tokens`` tokens of ``kv_bytes_per_token`` bytes each
+    (the bytes only shape the memory features an ONNX model reads)."""
+
+    max_num_batched_tokens: int = 256
+    max_num_seqs: int = 256
+    max_model_len: int = 4096
+    block_size: int = 16
+    kv_cache_tokens: int = 1 << 20
+    kv_bytes_per_token: int = 4096
+    enable_prefix_caching: bool = False
+    max_virtual_s: float = 86_400.0
+    """A run still unfinished at this virtual time stops and names its unfinished requests
+    (a policy that starves a request must not run forever)."""
+
+    @property
+    def num_blocks(self) -> int:
+        return max(self.kv_cache_tokens // self.block_size, 1)
+
+
+def _model_dir() -> Path:
+    """A config-only model directory (vLLM's ModelConfig needs one; no weights are read)."""
+    global _MODEL_DIR
+    if _MODEL_DIR is None:
+        _MODEL_DIR = write_config_only_model(Path(tempfile.mkdtemp(prefix="fairsched-sim-")))
+    return _MODEL_DIR
+
+
+def arm_additional_config(arm: Arm, trace_path: Path | None) -> dict[str, Any]:
+    """The arm's ``FAIRSCHED_*`` settings as ``--additional-config`` (so the scheduler
+    reads the arm, not this process's environment, as a server started per arm would);
+    string values are coerced and validated by the plugin's own config loader."""
+    by_env = {key.env_name: key.path for key in KEYS}
+    section: dict[str, Any] = {}
+    for name, value in arm.env.items():
+        path = by_env.get(name)
+        if path is None:
+            continue
+        node = section
+        *parents, leaf = path.split(".")
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = _typed(value)
+    if trace_path is not None and "trace_path" not in section:
+        section["trace_path"] = str(trace_path)
+    if section.get("trace_path") == "":
+        del section["trace_path"]
+    return {"fairsched": section}
+
+
+def _typed(text: str) -> Any:
+    """``"1.5"`` -> 1.5, ``"true"`` -> True, anything else as given: the printed
+    ``--additional-config`` reads like JSON a person wrote (the loader accepts both)."""
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return text
+
+
+def make_arm_scheduler(
+    arm: Arm, settings: SimSettings, clock: VirtualClock, trace_path: Path | None
+) -> Scheduler:
+    """A sync scheduler for ``arm``: stock vLLM, or the plugin with the arm's config and
+    the virtual clock."""
+    plugin = arm.name != STOCK
+    additional = arm_additional_config(arm, trace_path) if plugin else {}
+    model_config = ModelConfig(model=str(_model_dir()), dtype="float32", seed=0,
+                               skip_tokenizer_init=True)
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        max_model_len=settings.max_model_len,
+        enable_chunked_prefill=True,
+        async_scheduling=False,
+        is_encoder_decoder=False,
+    )
+    cache_config = CacheConfig(block_size=settings.block_size, gpu_memory_utilization=0.9,
+                               cache_dtype="auto",
+                               enable_prefix_caching=settings.enable_prefix_caching)
+    vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
+                             cache_config=cache_config, parallel_config=ParallelConfig(),
+                             additional_config=additional)
+    vllm_config.scheduler_config.async_scheduling = False
+    # One layer whose page holds a block's K and V of the whole model: float32 elements,
+    # head_size chosen so page bytes = block_size x kv_bytes_per_token.
+    head_size = max(settings.kv_bytes_per_token // (2 * 4), 1)
+    kv_cache_config = KVCacheConfig(
+        num_blocks=settings.num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
+            block_size=settings.block_size, num_kv_heads=1, head_size=head_size,
+            dtype=torch.float32))],
+    )
+    cache_config.num_gpu_blocks = settings.num_blocks
+    kwargs: dict[str, Any] = dict(
+        vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=settings.block_size, log_stats=False,
+    )
+    if not plugin:
+        return Scheduler(**kwargs)
+    from ..adapter.scheduler import FairScheduler
+
+    return FairScheduler(**kwargs, clock=clock)

@@ -1,0 +1,79 @@
+"""``fairsched tune`` finds the known best setting of a case built to have one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fairsched_plugin.bench.workloads import WorkloadRequest
+from fairsched_plugin.config import load_config
+from fairsched_plugin.sim.tune import Candidate, expand, frontier
+
+
+def _case(path: Path) -> Path:
+    """Every 4th request a 400-token prompt, the rest 16 tokens, arriving faster than a
+    64-token budget serves: shortest-prompt-first (Aging with a tiny alpha) gives the
+    lowest median TTFT; a huge alpha is arrival order, no better than stock."""
+    rows = []
+    for i in range(48):
+        prompt = 400 if i % 4 == 0 else 16
+        rows.append(WorkloadRequest(id=f"t{i:02d}", arrival_s=0.01 * i, prompt="x",
+                                    prompt_tokens=prompt, output_tokens=4, tier=0,
+                                    request_class="short" if prompt < 128 else "medium",
+                                    category="tune"))
+    path.write_text("".join(r.to_json() + "\n" for r in rows))
+    return path
+
+
+def test_expand_makes_every_combination() -> None:
+    assert expand("aging:alpha={1,2}:beta={-1,0}") == [
+        "aging:alpha=1:beta=-1", "aging:alpha=1:beta=0",
+        "aging:alpha=2:beta=-1", "aging:alpha=2:beta=0"]
+    assert expand("fcfs") == ["fcfs"]
+
+
+def test_frontier_drops_dominated_points() -> None:
+    a, b, c = (Candidate("a", 1, 5, 0, 0), Candidate("b", 2, 2, 0, 0),
+               Candidate("c", 3, 6, 0, 0))
+    assert [x.arm for x in frontier([a, b, c])] == ["a", "b"]
+
+
+def test_tune_finds_the_known_best(tmp_path: Path, capsys) -> None:
+    from fairsched_plugin.cli import main
+
+    out = tmp_path / "tune"
+    code = main(["tune", "--case", str(_case(tmp_path / "case.jsonl")),
+                 "--space", "aging:alpha={0.001,1000000}",
+                 "--step-model", "linear:2:0.1", "--max-num-batched-tokens", "64",
+                 "--max-num-seqs", "16", "--max-p99-ratio", "100", "--max-e2e-ratio", "100",
+                 "--min-throughput-ratio", "0", "--out", str(out)])
+    assert code == 0
+    assert "best: aging:alpha=0.001" in capsys.readouterr().out
+    config = json.loads((out / "best.json").read_text())
+    assert load_config(config, environ={}).aging.alpha == 0.001
+    assert (out / "tune.png").stat().st_size > 0
+
+
+def test_tune_says_so_when_nothing_beats_stock(tmp_path: Path, capsys) -> None:
+    """fcfs schedules exactly like stock, so its mean E2E is 1.0x stock's: a cap of 0.5x
+    leaves no candidate."""
+    from fairsched_plugin.cli import main
+
+    code = main(["tune", "--case", str(_case(tmp_path / "case.jsonl")),
+                 "--space", "fcfs", "--step-model", "linear:2:0.1",
+                 "--max-num-batched-tokens", "64", "--max-num-seqs", "16",
+                 "--max-e2e-ratio", "0.5", "--out", str(tmp_path / "t")])
+    assert code == 1
+    assert "no candidate meets the objective" in capsys.readouterr().out
+
+
+def test_a_candidate_no_faster_than_stock_does_not_win(tmp_path: Path, capsys) -> None:
+    """fcfs meets every bound (it is stock's schedule) but does not lower the median."""
+    from fairsched_plugin.cli import main
+
+    code = main(["tune", "--case", str(_case(tmp_path / "case.jsonl")),
+                 "--space", "fcfs", "--step-model", "linear:2:0.1",
+                 "--max-num-batched-tokens", "64", "--max-num-seqs", "16",
+                 "--out", str(tmp_path / "t")])
+    assert code == 1
+    assert "stock vLLM stays best" in capsys.readouterr().out
