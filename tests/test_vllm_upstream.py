@@ -4,7 +4,9 @@ Why: vLLM's ``tests/v1/core/`` states what vLLM's scheduler promises (preemption
 caching, KV connectors, spec decode, structured output, pause states, priority). The
 harness (``tests/vllm_upstream/harness.py``) runs them on stock vLLM and with every
 scheduler they build replaced by the plugin's class, under ``fcfs`` (must behave exactly as
-stock) and ``aging`` (the project's policy with the most state). Then, for each policy:
+stock), ``aging`` (the project's policy with the most state) and ``aging+align`` (Aging
+with chunk-end alignment, on by default on Ascend: the plan's chunk-rule path). Then, for
+each configuration:
 
 * every test that fails on stock is covered by an ``[[excluded]]`` entry of
   ``tests/vllm_upstream/differences.toml`` (with its reason), and every entry still matches
@@ -31,7 +33,13 @@ from vllm_upstream.harness import SuiteResult, run_suite  # noqa: E402
 pytestmark = pytest.mark.slow
 
 LISTS = Path(__file__).resolve().parent / "vllm_upstream" / "differences.toml"
-POLICIES = ("fcfs", "aging")
+CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
+    "fcfs": ("fcfs", {}),
+    "aging": ("aging", {}),
+    "aging+align": ("aging", {"FAIRSCHED_LPRS_ALIGN": "on"}),
+}
+"""Name in differences.toml -> (policy, further FAIRSCHED_* settings)."""
+POLICIES = tuple(CONFIGS)
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,8 @@ def test_stock_failures_are_exactly_the_excluded(stock: SuiteResult) -> None:
 @pytest.mark.parametrize("policy", POLICIES)
 def test_plugin_fails_only_the_listed(stock: SuiteResult, policy: str) -> None:
     lists = load_lists()
-    plugin = run_suite("plugin", policy)
+    name, settings = CONFIGS[policy]
+    plugin = run_suite("plugin", name, fairsched_env=settings)
     print(f"\nstock {stock.seconds:.0f} s {stock.counts()}; "
           f"plugin {policy} {plugin.seconds:.0f} s {plugin.counts()}")
     assert plugin.built["plugin"] > 0 and plugin.built["stock"] == 0, plugin.built

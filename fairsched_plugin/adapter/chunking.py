@@ -182,12 +182,12 @@ class LatencyChunkRule:
         else:
             proposed = self._propose(view, bound, walk)
         if self.align:
-            proposed = self._aligned(view.computed_tokens, proposed, remaining, self._committed)
+            proposed = self._aligned(view.prefill_start, proposed, remaining, self._committed)
         chunk = proposed
         if apc is not None:
             chunk = apc.choose(request_id, proposed, bound, remaining)
         if chunk > 0:
-            self._batch.add_prefill(chunk, view.computed_tokens)
+            self._batch.add_prefill(chunk, view.prefill_start)
             self._committed += chunk
             proposal = self._proposal
             self._batch_row = (
@@ -268,7 +268,7 @@ class LatencyChunkRule:
                 proposed = 1 if small else min(cut_to.get(request_id, bound), bound)
             remaining = view.remaining_prefill
             if align:
-                proposed = self._aligned(view.computed_tokens, proposed, remaining, committed)
+                proposed = self._aligned(view.prefill_start, proposed, remaining, committed)
             chunk = proposed
             if apc is not None:
                 chunk = apc.would_choose(request_id, proposed, bound, remaining, active)
@@ -280,7 +280,7 @@ class LatencyChunkRule:
             speculation.assumed.append(chunk)
             speculation.chunk_sets.append(chunks)
             speculation.starts.append(rows)
-            candidates.append((view.computed_tokens, chunk, chunks))
+            candidates.append((view.prefill_start, chunk, chunks))
             return chunk
 
         walk.upcoming(assume)

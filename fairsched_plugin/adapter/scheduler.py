@@ -96,12 +96,18 @@ request's is not)."""
 
 def request_view(request: Request, deadline: float = math.inf,
                  cached_tokens: int = 0) -> RequestView:
-    """The policy layer's copy of a vLLM request."""
+    """The policy layer's copy of a vLLM request.
+
+    A waiting request always has a token to compute: vLLM recomputes the last one even
+    when the prefix cache or a KV transfer holds them all (it needs its logits)."""
+    computed = request.num_computed_tokens
+    if request.status != RequestStatus.RUNNING:
+        computed = min(computed, max(request.num_tokens - 1, 0))
     return RequestView(
         request_id=request.request_id,
         arrival_time=request.arrival_time,
         prompt_tokens=request.num_prompt_tokens,
-        computed_tokens=request.num_computed_tokens,
+        computed_tokens=computed,
         output_tokens=request.num_output_tokens,
         max_tokens=request.max_tokens,
         priority=request.priority,
@@ -168,6 +174,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         self._failures: dict[str, int] = {}
         self._running_prefill_work = 0
         self._by_priority = self.policy == SchedulingPolicy.PRIORITY
+        self._replays_prefix = bool(getattr(self, "prefix_replay_tokens", 0))
         if not policy.follows_vllm_order:
             self.waiting = self._make_queue()
             self.kv_holding_waiting = self._make_queue()
@@ -392,7 +399,12 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         return self._deadlines.get(request.request_id, math.inf)
 
     def _view(self, request: Request) -> RequestView:
-        return request_view(request, self._deadline(request), self._cached_tokens(request))
+        view = request_view(request, self._deadline(request), self._cached_tokens(request))
+        if self._replays_prefix and request.status != RequestStatus.RUNNING:
+            # vLLM rewinds a waiting request's hit by its replay window when it admits
+            # it: count the whole prompt (a cap above what vLLM schedules costs nothing).
+            view.computed_tokens = 0
+        return view
 
     def _cached_tokens(self, request: Request) -> int:
         """A waiting request's prompt prefix in the prefix cache, as of when it first
@@ -412,10 +424,14 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
 
         The coordinator's ``find_longest_cache_hit`` is the lookup vLLM's own
         ``get_computed_blocks`` makes, without its side effects (prefix-cache stats, KV
-        events, block references); like vLLM it leaves the last token to compute."""
+        events, block references); like vLLM it leaves the last token to compute. Not
+        under bounded prefix replay (``prefix_replay_tokens``, sliding-window models),
+        where vLLM recomputes part of a hit: the whole prompt counts then, and a cap above
+        what vLLM schedules costs nothing."""
         manager = self.kv_cache_manager
         cached = 0
         if (self.fairsched_config.prefix_aware and request.num_computed_tokens == 0
+                and not self._replays_prefix
                 and manager.enable_caching and not request.skip_reading_prefix_cache):
             _blocks, cached, *_ = manager.coordinator.find_longest_cache_hit(
                 request.block_hashes, request.num_tokens - 1)

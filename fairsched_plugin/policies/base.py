@@ -46,8 +46,13 @@ class RequestView:
         return self.prompt_tokens + self.output_tokens
 
     @property
+    def prefill_start(self) -> int:
+        """Where the next prefill chunk starts: after the computed or the cached tokens."""
+        return max(self.computed_tokens, self.cached_tokens)
+
+    @property
     def remaining_prefill(self) -> int:
-        return max(self.num_tokens - max(self.computed_tokens, self.cached_tokens), 0)
+        return max(self.num_tokens - self.prefill_start, 0)
 
 
 SortKey = tuple[float, float, str]
