@@ -25,7 +25,19 @@ from ..policies import SortKey
 _DEAD = None
 
 
-class PolicyRequestQueue(RequestQueue):
+class _ReenterByKey(RequestQueue):
+    """A queue whose order is its keys': a preempted or skipped request that vLLM puts
+    back "in front" simply re-enters under its key."""
+
+    def prepend_request(self, request: Request) -> None:
+        self.add_request(request)
+
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        for request in requests:
+            self.add_request(request)
+
+
+class PolicyRequestQueue(_ReenterByKey):
     """Waiting requests, smallest policy key first (overdue ones first, with deadlines).
 
     The key is taken once, when a request enters the queue: waiting requests make no
@@ -89,14 +101,6 @@ class PolicyRequestQueue(RequestQueue):
         if not heap:
             raise IndexError("peek from an empty queue")
         return heap[0][2]
-
-    def prepend_request(self, request: Request) -> None:
-        """Order is the key's, so a preempted or skipped request simply re-enters."""
-        self.add_request(request)
-
-    def prepend_requests(self, requests: Iterable[Request]) -> None:
-        for request in requests:
-            self.add_request(request)
 
     def remove_request(self, request: Request) -> None:
         if request not in self._entries:
@@ -198,7 +202,7 @@ class PolicyRequestQueue(RequestQueue):
         return live
 
 
-class PriorityLevelQueue(RequestQueue):
+class PriorityLevelQueue(_ReenterByKey):
     """vLLM's ``--scheduling-policy priority`` composed with a policy: the request's
     priority orders first (smaller first, as in vLLM), the policy's key within a level.
 
@@ -231,13 +235,6 @@ class PriorityLevelQueue(RequestQueue):
 
     def peek_request(self) -> Request:
         return self._head()[1].peek_request()
-
-    def prepend_request(self, request: Request) -> None:
-        self.add_request(request)
-
-    def prepend_requests(self, requests: Iterable[Request]) -> None:
-        for request in requests:
-            self.add_request(request)
 
     def remove_request(self, request: Request) -> None:
         queue = self._levels.get(request.priority)

@@ -130,10 +130,15 @@ def _scales(text: str) -> list[float]:
 
 def load_cases(args: argparse.Namespace) -> dict[str, list[WorkloadRequest]]:
     """The cases to replay, by name: one case file, or each generated workload at each
-    rate scale (named ``NAME@xSCALE`` when there are several scales)."""
+    rate scale (:func:`build_cases`)."""
     if args.case:
         return {args.case.stem: read_case(args.case)}
-    pool = load_pool(args)
+    return build_cases(load_pool(args), args)
+
+
+def build_cases(pool: PairPool, args: argparse.Namespace) -> dict[str, list[WorkloadRequest]]:
+    """Each of ``args.workload`` at each of ``args.rate_scale``, named ``NAME@xSCALE`` when
+    there are several scales."""
     cases = {}
     for name in args.workload:
         for scale in args.rate_scale:

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.arms import parse_arms
-from ..bench.cli import _scales, _workload_names, load_pool, plugin_settings
+from ..bench.cli import _scales, _workload_names, build_cases, load_pool, plugin_settings
 from ..bench.report import analyse_runs, render_markdown, write_report
 from ..bench.workloads import (
     WORKLOADS,
     add_pool_arguments,
-    build_workload_from_args,
     case_summary,
     read_case,
     write_case,
@@ -122,13 +121,7 @@ def case_loader(args: argparse.Namespace):
     pool = load_pool(args)
 
     def build(r: int) -> Cases:
-        seeded = argparse.Namespace(**{**vars(args), "seed": args.seed + r})
-        cases = {}
-        for name in args.workload:
-            for scale in args.rate_scale:
-                label = name if len(args.rate_scale) == 1 else f"{name}@x{scale:g}"
-                cases[label] = build_workload_from_args(name, pool, seeded, rate_scale=scale)
-        return cases
+        return build_cases(pool, argparse.Namespace(**{**vars(args), "seed": args.seed + r}))
 
     return build
 
