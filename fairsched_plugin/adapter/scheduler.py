@@ -212,17 +212,12 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         try:
             self._prepare_step(throttle_prefills)
         except Exception:
-            # vLLM's own behaviour for this step: nothing hidden, capped or limited.
-            self._prefill_caps = None
-            self.max_num_active_reqs = max_active
-            self._restore_hidden()
+            self._undo_step(max_active)  # vLLM's own behaviour for this step
             self._degrade("planning")
         try:
             return super().schedule(throttle_prefills)
         finally:
-            self._prefill_caps = None
-            self.max_num_active_reqs = max_active
-            self._restore_hidden()
+            self._undo_step(max_active)
 
     def _prepare_step(self, throttle_prefills: bool) -> None:
         """The plugin's part of a step, before vLLM's loop: refresh, hide, plan."""
@@ -240,7 +235,10 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             self._hide_unranked(views)
         self._prefill_caps = self._plan_step(views, throttle_prefills)
 
-    def _restore_hidden(self) -> None:
+    def _undo_step(self, max_active: int) -> None:
+        """Nothing hidden, capped or limited any more."""
+        self._prefill_caps = None
+        self.max_num_active_reqs = max_active
         self.running.extend(self._hidden)
         self._hidden = []
 
