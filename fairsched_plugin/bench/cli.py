@@ -136,6 +136,15 @@ def load_cases(args: argparse.Namespace) -> dict[str, list[WorkloadRequest]]:
     return build_cases(load_pool(args), args)
 
 
+def write_cases(out: Path, cases: dict[str, list[WorkloadRequest]]) -> None:
+    """Save a run's cases in ``out`` (``case.jsonl``, or ``case-NAME.jsonl`` each when
+    there are several) and print a summary line of each."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, case in cases.items():
+        write_case(out / (f"case-{name}.jsonl" if len(cases) > 1 else "case.jsonl"), case)
+        print(f"{name}: {case_summary(case)}", flush=True)
+
+
 def build_cases(pool: PairPool, args: argparse.Namespace) -> dict[str, list[WorkloadRequest]]:
     """Each of ``args.workload`` at each of ``args.rate_scale``, named ``NAME@xSCALE`` when
     there are several scales."""
@@ -177,10 +186,7 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, case in cases.items():
-        write_case(args.out / (f"case-{name}.jsonl" if len(cases) > 1 else "case.jsonl"), case)
-        print(f"{name}: {case_summary(case)}", flush=True)
+    write_cases(args.out, cases)
     engine = EngineSettings.from_args(args)
     if args.base_url:
         runs = run_external(

@@ -14,14 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.arms import parse_arms
-from ..bench.cli import _scales, _workload_names, build_cases, load_pool, plugin_settings
+from ..bench.cli import (
+    _scales,
+    _workload_names,
+    build_cases,
+    load_pool,
+    plugin_settings,
+    write_cases,
+)
 from ..bench.report import analyse_runs, render_markdown, write_report
 from ..bench.workloads import (
     WORKLOADS,
     add_pool_arguments,
     case_summary,
     read_case,
-    write_case,
 )
 from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR
@@ -136,10 +142,7 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, PresetError, PredictorError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, case in first.items():
-        write_case(args.out / (f"case-{name}.jsonl" if len(first) > 1 else "case.jsonl"), case)
-        print(f"{name}: {case_summary(case)}", flush=True)
+    write_cases(args.out, first)
     print(f"step model: {model.description}")
     started = time.perf_counter()
     try:
