@@ -23,7 +23,7 @@ from typing import Any
 import onnx
 
 from fairsched_plugin import FairSyncScheduler
-from fairsched_plugin.adapter.offline import (
+from fairsched_plugin.sim.fake_engine import (
     OfflineEngine,
     make_request,
     make_scheduler,

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from fairsched_plugin import FairScheduler
-from fairsched_plugin.adapter.offline import (
+from fairsched_plugin.sim.fake_engine import (
     OfflineEngine,
     make_request,
     make_scheduler,

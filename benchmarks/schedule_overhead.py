@@ -35,7 +35,7 @@ from pathlib import Path
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
 from fairsched_plugin import FairScheduler
-from fairsched_plugin.adapter.offline import (
+from fairsched_plugin.sim.fake_engine import (
     OfflineEngine,
     make_request,
     make_scheduler,

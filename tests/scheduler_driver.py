@@ -8,7 +8,7 @@ from typing import Any
 
 from vllm.v1.request import RequestStatus
 
-from fairsched_plugin.adapter.offline import OfflineEngine, StepRecord
+from fairsched_plugin.sim.fake_engine import OfflineEngine, StepRecord
 
 
 def run_workload(

@@ -30,7 +30,7 @@ from vllm.platforms.cpu import CpuPlatform  # noqa: E402
 
 from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
 from fairsched_plugin.adapter import ascend  # noqa: E402
-from fairsched_plugin.adapter.offline import OfflineEngine, make_request, make_scheduler  # noqa: E402
+from fairsched_plugin.sim.fake_engine import OfflineEngine, make_request, make_scheduler  # noqa: E402
 from fairsched_plugin.config import ConfigError  # noqa: E402
 from fairsched_plugin.predictor.memory import make_memory_provider  # noqa: E402
 from scheduler_driver import run_workload  # noqa: E402

@@ -47,7 +47,7 @@ _spec.loader.exec_module(balance)
 import vllm.v1.core.sched.scheduler as vllm_scheduler  # noqa: E402
 
 from fairsched_plugin.adapter import compat  # noqa: E402
-from fairsched_plugin.adapter.offline import OfflineEngine, make_request, make_scheduler  # noqa: E402
+from fairsched_plugin.sim.fake_engine import OfflineEngine, make_request, make_scheduler  # noqa: E402
 from fairsched_plugin.adapter.scheduler import FairSyncScheduler  # noqa: E402
 from scheduler_driver import run_workload  # noqa: E402
 

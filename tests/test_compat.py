@@ -19,7 +19,7 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 
 from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
 from fairsched_plugin.adapter import compat  # noqa: E402
-from fairsched_plugin.adapter.offline import OfflineEngine, make_request, make_scheduler  # noqa: E402
+from fairsched_plugin.sim.fake_engine import OfflineEngine, make_request, make_scheduler  # noqa: E402
 
 VERSION = Version(Version(vllm.__version__).base_version)
 

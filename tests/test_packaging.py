@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _BUILD_SCHEDULER = """
 import json, sys
 from pathlib import Path
-from fairsched_plugin.adapter.offline import make_scheduler, write_config_only_model
+from fairsched_plugin.sim.fake_engine import make_scheduler, write_config_only_model
 from fairsched_plugin import FairSyncScheduler
 model = write_config_only_model(Path(sys.argv[1]))
 config = json.loads(sys.argv[2])

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from fairsched_plugin.adapter.offline import make_request  # noqa: E402
+from fairsched_plugin.sim.fake_engine import make_request  # noqa: E402
 from fairsched_plugin.adapter.queue import PolicyRequestQueue  # noqa: E402
 from fairsched_plugin.adapter.scheduler import request_view  # noqa: E402
 from fairsched_plugin.policies import AgingPolicy, FCFSPolicy  # noqa: E402

@@ -11,7 +11,7 @@ pytest.importorskip("vllm")
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 
 from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
-from fairsched_plugin.adapter.offline import (  # noqa: E402
+from fairsched_plugin.sim.fake_engine import (  # noqa: E402
     OfflineEngine,
     make_request,
     make_scheduler,

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("vllm")
 
 from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
-from fairsched_plugin.adapter.offline import (  # noqa: E402
+from fairsched_plugin.sim.fake_engine import (  # noqa: E402
     OfflineEngine,
     make_request,
     make_scheduler,

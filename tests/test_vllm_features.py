@@ -23,7 +23,7 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 
 from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
-from fairsched_plugin.adapter.offline import (  # noqa: E402
+from fairsched_plugin.sim.fake_engine import (  # noqa: E402
     OfflineEngine,
     make_request,
     make_scheduler,

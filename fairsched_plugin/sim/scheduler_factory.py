@@ -17,7 +17,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.structured_output import StructuredOutputManager
 
-from ..adapter.offline import write_config_only_model
+from .fake_engine import write_config_only_model
 from ..bench.arms import STOCK, Arm
 from ..config import KEYS
 from .clock import VirtualClock

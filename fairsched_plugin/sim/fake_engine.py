@@ -1,9 +1,12 @@
-"""Drive a real vLLM scheduler without a model: fake model-runner outputs.
+"""Drive a real vLLM scheduler without a model: fake model-runner outputs, wall clock.
 
-The pattern of vLLM's own scheduler tests (``tests/v1/core``), packaged so the test suite
-and the scheduling-overhead benchmark share it. The scheduler, KV-cache manager, request
-objects and ``update_from_output`` are vLLM's; only the forward pass is replaced by "each
-scheduled request that finished its prefill samples token 1".
+Test and benchmark machinery, not serving code: nothing the plugin serves with imports it.
+The pattern of vLLM's own scheduler tests (``tests/v1/core``), kept here so the test suite,
+the scheduling-overhead benchmarks and the simulator (``write_config_only_model``) share
+it; the simulator's own loop on a virtual clock is :mod:`fairsched_plugin.sim.engine`.
+The scheduler, KV-cache manager, request objects and ``update_from_output`` are vLLM's;
+only the forward pass is replaced by "each scheduled request that finished its prefill
+samples token 1".
 """
 
 from __future__ import annotations
