@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .bench.openai_stream import stream_completion
 from .bench.server import running_server
-from .bench.sharegpt import iter_conversations
+from .sharegpt import iter_conversations
 from .model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
 
 ACTIVE_MARKER = "fairsched: scheduler"

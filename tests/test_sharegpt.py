@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("ijson")
 
-from fairsched_plugin.bench import sharegpt  # noqa: E402
-from fairsched_plugin.bench.sharegpt import (  # noqa: E402
+from fairsched_plugin import sharegpt  # noqa: E402
+from fairsched_plugin.sharegpt import (  # noqa: E402
     SharegptReadStats,
     iter_conversations,
     iter_text,

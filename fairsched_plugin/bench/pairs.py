@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 from tokenizers import Tokenizer
 
-from fairsched_plugin.bench.sharegpt import SharegptReadStats, iter_conversations
+from fairsched_plugin.sharegpt import SharegptReadStats, iter_conversations
 from fairsched_plugin.policies.output_estimate import CLASSES as REQUEST_CLASSES
 from fairsched_plugin.policies.output_estimate import prompt_class as request_class
 

@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from fairsched_plugin.bench.sharegpt import iter_conversations
+from fairsched_plugin.sharegpt import iter_conversations
 from fairsched_plugin.bench.pairs import (
     DEFAULT_MAX_TOKENS,
     REQUEST_CLASSES,

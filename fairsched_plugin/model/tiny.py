@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import save
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from fairsched_plugin.bench.sharegpt import SharegptReadStats, iter_text
+from fairsched_plugin.sharegpt import SharegptReadStats, iter_text
 
 PROVENANCE_FILE = "fairsched-model.json"
 PROVENANCE_FORMAT = 1
