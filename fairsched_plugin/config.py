@@ -27,10 +27,6 @@ from typing import Any
 ENV_PREFIX = "FAIRSCHED_"
 CONFIG_ENV = "FAIRSCHED_CONFIG"
 ADDITIONAL_CONFIG_KEY = "fairsched"
-POLICY_NAMES = (
-    "fcfs", "aging", "fifo", "tier", "spf", "lpf", "srtf", "aging-spf", "estf", "af-lcb",
-    "guarded-srpf",
-)
 SERVICE_MODES = ("budget", "ranked")
 MEMORY_PROVIDERS = ("auto", "torch", "nvml", "kv_cache")
 PREDICTOR_PROVIDERS = ("cpu", "cuda", "cann")
@@ -171,10 +167,17 @@ class FairschedConfig:
 class _Key:
     path: str
     kind: type
-    accepted: str
+    accepted_text: str | Callable[[], str]
+    """What the key accepts, for messages and the docs; a callable when it is read from
+    elsewhere (the policy registry)."""
     check: Callable[[Any], bool] = lambda _value: True
     normalise: Callable[[Any], Any] = lambda value: value
     allow_auto: bool = False
+
+    @property
+    def accepted(self) -> str:
+        text = self.accepted_text
+        return text if isinstance(text, str) else text()
 
     @property
     def env_name(self) -> str:
@@ -197,8 +200,19 @@ def _one_of(names: tuple[str, ...]) -> tuple[str, Callable[[Any], bool]]:
     return "one of " + ", ".join(names), lambda v: v in names
 
 
+def policy_names() -> tuple[str, ...]:
+    """The registered policies' names (``policies.registry.POLICIES``).
+
+    Read when first needed, not at import: the registry imports the policies, and they
+    import this module's section classes."""
+    from .policies.registry import POLICIES
+
+    return tuple(POLICIES)
+
+
 KEYS: tuple[_Key, ...] = (
-    _Key("policy", str, *_one_of(POLICY_NAMES), normalise=str.lower),
+    _Key("policy", str, lambda: "one of " + ", ".join(policy_names()),
+         lambda v: v in policy_names(), normalise=str.lower),
     _Key(
         "service",
         str,

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..config import KEYS, POLICY_NAMES, ConfigError, load_config
+from ..config import KEYS, ConfigError, load_config
+from ..policies.registry import POLICIES
 
 STOCK = "stock"
 
@@ -27,8 +28,14 @@ class Arm:
 
 
 SWITCHES = ("lprs", "apc")
-_CONFIG_PATHS = frozenset(key.path for key in KEYS)
 """Mechanisms an arm switches on with ``+name`` (e.g. ``aging+lprs+apc``)."""
+_CONFIG_PATHS = frozenset(key.path for key in KEYS)
+ARMS_HELP = (
+    f"comma-separated arms: {STOCK!r} (vLLM's own scheduler) or a policy "
+    f"({', '.join(POLICIES)}), optionally with +{'/+'.join(SWITCHES)} and :key=value "
+    "parameters, e.g. aging:alpha=150, aging+lprs+apc"
+)
+"""The ``--arms`` help of ``fairsched bench`` and ``fairsched simulate``."""
 
 
 def parse_arm(spec: str, settings: Mapping[str, str] | None = None) -> Arm:
@@ -39,9 +46,9 @@ def parse_arm(spec: str, settings: Mapping[str, str] | None = None) -> Arm:
         return Arm(STOCK)
     head, *params = spec.split(":")
     policy, *switches = head.split("+")
-    if policy not in POLICY_NAMES or any(s not in SWITCHES for s in switches):
+    if policy not in POLICIES or any(s not in SWITCHES for s in switches):
         raise ConfigError(
-            f"unknown arm {spec!r}: use {STOCK!r} or one of {', '.join(POLICY_NAMES)}, "
+            f"unknown arm {spec!r}: use {STOCK!r} or one of {', '.join(POLICIES)}, "
             f"optionally with +{'/+'.join(SWITCHES)} and :key=value parameters "
             "(e.g. aging:alpha=150, fcfs+lprs+apc)"
         )
@@ -52,7 +59,8 @@ def parse_arm(spec: str, settings: Mapping[str, str] | None = None) -> Arm:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"arm {spec!r}: parameter {item!r} is not key=value")
-        path = key if key in _CONFIG_PATHS else f"{policy.replace('-', '_')}.{key}"
+        section = POLICIES[policy].section
+        path = key if key in _CONFIG_PATHS or section is None else f"{section}.{key}"
         env["FAIRSCHED_" + path.replace(".", "_").upper()] = value
     load_config(None, environ=env)  # fail now, not after a server start
     return Arm(spec, ("--scheduler-cls", "fairsched_plugin.FairScheduler"), env)

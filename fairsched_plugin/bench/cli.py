@@ -10,7 +10,7 @@ from pathlib import Path
 from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
 from ..config import ENV_PREFIX, SERVICE_MODES
-from .arms import parse_arms
+from .arms import ARMS_HELP, parse_arms
 from .pairs import PairPool, read_pool, write_pool
 from .report import analyse_runs, render_markdown, write_report
 from .runner import EngineSettings, run_external, run_matrix
@@ -32,8 +32,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "bench", help="replay workloads against a server per policy and write a report"
     )
     bench.add_argument("--arms", "--policies", dest="arms", default="fcfs,aging",
-                       help="comma-separated: stock, fcfs, aging, aging:alpha=150, "
-                            "fcfs+lprs, aging+lprs+apc ...")
+                       help=ARMS_HELP)
     case = bench.add_mutually_exclusive_group(required=True)
     case.add_argument("--workload", type=_workload_names, metavar="NAME[,NAME...]",
                       help="generate these workloads (one server start per arm replays all; "

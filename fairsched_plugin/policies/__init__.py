@@ -5,7 +5,6 @@ Nothing here imports vLLM; the adapter turns vLLM requests into :class:`RequestV
 
 from __future__ import annotations
 
-from ..config import AUTO, FairschedConfig
 from .af_lcb import AFLCBPolicy
 from .aging import AgingPolicy
 from .auto_alpha import AutoAlpha, PrefillRateEstimator
@@ -16,6 +15,7 @@ from .guarded_srpf import GuardedSRPF
 from .output_estimate import OutputLengthEstimator
 from .plan import plan_prefill_caps
 from .ranked import ranked_service
+from .registry import POLICIES, PolicyEntry, make_policy
 from .static_keys import (
     AgingShortestPromptFirst,
     LongestPromptFirst,
@@ -31,6 +31,8 @@ __all__ = [
     "EstimatedShortestTokensFirst",
     "LongestPromptFirst",
     "OutputLengthEstimator",
+    "POLICIES",
+    "PolicyEntry",
     "ShortestPromptFirst",
     "ShortestRemainingTokensFirst",
     "TierPolicy",
@@ -47,39 +49,3 @@ __all__ = [
     "plan_prefill_caps",
 ]
 
-
-def make_policy(config: FairschedConfig, epoch: float = 0.0) -> OrderingPolicy:
-    """The ordering policy a validated config names (automatic alpha starts uncalibrated).
-
-    ``epoch`` (a wall-clock time near start-up) keeps age terms small in float arithmetic.
-    """
-    name = config.policy
-    if name == "aging":
-        alpha = config.aging.alpha
-        return AgingPolicy(
-            alpha=None if alpha == AUTO else alpha,
-            beta=config.aging.beta,
-            epoch=epoch,
-        )
-    if name in ("fcfs", "fifo"):
-        return FCFSPolicy(name)
-    if name == "guarded-srpf":
-        return GuardedSRPF(config.guarded_srpf.slack, config.guarded_srpf.window_s)
-    if name == "aging-spf":
-        return AgingShortestPromptFirst(config.aging_spf.rate, epoch=epoch)
-    if name in ("estf", "af-lcb"):
-        estimator = OutputLengthEstimator(
-            config.estf.prior_output_tokens, config.estf.min_samples
-        )
-        if name == "estf":
-            return EstimatedShortestTokensFirst(estimator)
-        return AFLCBPolicy(config.af_lcb, estimator, epoch=epoch)
-    static = {
-        "tier": TierPolicy,
-        "spf": ShortestPromptFirst,
-        "lpf": LongestPromptFirst,
-        "srtf": ShortestRemainingTokensFirst,
-    }
-    if name in static:
-        return static[name]()
-    raise ValueError(f"no policy named {name!r}")

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..bench.arms import parse_arms
+from ..bench.arms import ARMS_HELP, parse_arms
 from ..bench.cli import (
     _scales,
     _workload_names,
@@ -87,7 +87,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     sim = subparsers.add_parser(
         "simulate", help="bench's workloads, arms and report on vLLM's real scheduler with "
                          "a virtual clock and a step-time model (no server)")
-    sim.add_argument("--arms", "--policies", dest="arms", default="stock,fcfs,aging")
+    sim.add_argument("--arms", "--policies", dest="arms", default="stock,fcfs,aging",
+                     help=ARMS_HELP)
     sim.add_argument("--repeat", type=int, default=1,
                      help="workload seeds seed..seed+N-1 (a simulation itself never varies)")
     sim.add_argument("--out", type=Path, default=Path("runs/simulate"))
