@@ -10,7 +10,9 @@ Sources, later ones overriding earlier ones key by key:
 
 Every key is checked: an unknown key, a wrong type or an out-of-range value raises
 :class:`ConfigError` naming the key, where it came from and what is accepted, so a typo
-stops start-up instead of silently running the default.
+stops start-up instead of silently running the default. Values given in code (tests,
+benchmarks, tools) go through :func:`from_values`, the same checks. This is the one place
+values are checked: the policies and the plan take them as validated.
 """
 
 from __future__ import annotations
@@ -357,6 +359,14 @@ def load_config(
     return _build(values)
 
 
+def from_values(section: Mapping[str, Any]) -> FairschedConfig:
+    """A config from values given in code (the ``fairsched`` section's shape, nested or
+    dotted keys), validated exactly as :func:`load_config` validates a launch's: the one
+    way tests, benchmarks and tools build a policy's settings. No defaults are read from
+    the environment."""
+    return _build(_flatten(section, None))
+
+
 def accepted_keys() -> str:
     """One line per key: dotted name, environment variable, accepted values."""
     return "\n".join(f"  {k.path} ({k.env_name}): {k.accepted}" for k in KEYS)
@@ -381,7 +391,8 @@ def _read_json_source(text: str) -> Mapping[str, Any]:
     return data
 
 
-def _flatten(section: Mapping[str, Any], source: str, prefix: str = "") -> dict[str, Any]:
+def _flatten(section: Mapping[str, Any], source: str | None,
+             prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in section.items():
         path = f"{prefix}{name}"
@@ -390,10 +401,11 @@ def _flatten(section: Mapping[str, Any], source: str, prefix: str = "") -> dict[
             continue
         key = _BY_PATH.get(path)
         if key is None and any(k.startswith(path + ".") for k in _BY_PATH):
-            raise ConfigError(f"fairsched config: {path!r} in {source} must be a JSON object")
+            raise ConfigError(
+                f"fairsched config: {path!r}{_in(source)} must be a JSON object")
         if key is None:
             raise ConfigError(
-                f"fairsched config: unknown key {path!r} in {source}; accepted keys:\n"
+                f"fairsched config: unknown key {path!r}{_in(source)}; accepted keys:\n"
                 + accepted_keys()
             )
         out[path] = _coerce(key, value, source)
@@ -416,7 +428,16 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def _coerce(key: _Key, value: Any, source: str) -> Any:
+def _in(source: str | None) -> str:
+    """Where a value came from, for messages (nothing for values given in code)."""
+    return "" if source is None else f" in {source}"
+
+
+def _from(source: str | None) -> str:
+    return "" if source is None else f" from {source}"
+
+
+def _coerce(key: _Key, value: Any, source: str | None) -> Any:
     """Turn a JSON value or an environment string into the key's type, or fail clearly."""
     if key.allow_auto and isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
@@ -439,11 +460,13 @@ def _coerce(key: _Key, value: Any, source: str) -> Any:
             raise AssertionError(f"no coercion for {key.kind}")
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(
-            f"fairsched config: {key.path} from {source} must be {key.accepted}; got {value!r}"
+            f"fairsched config: {key.path}{_from(source)} must be {key.accepted}; "
+            f"got {value!r}"
         ) from None
     if not key.check(result):
         raise ConfigError(
-            f"fairsched config: {key.path} from {source} must be {key.accepted}; got {value!r}"
+            f"fairsched config: {key.path}{_from(source)} must be {key.accepted}; "
+            f"got {value!r}"
         )
     return result
 
@@ -464,8 +487,9 @@ def _build(values: Mapping[str, Any]) -> FairschedConfig:
     lprs = config.lprs
     if lprs.overflow_penalty <= lprs.underfill_penalty:
         raise ConfigError(
-            "fairsched config: lprs.overflow_penalty must be larger than "
-            f"lprs.underfill_penalty (overflowing the target is the worse error); got "
+            "fairsched config: lprs penalties must satisfy underfill < overflow: "
+            "lprs.overflow_penalty must be larger than lprs.underfill_penalty "
+            f"(overflowing the target is the worse error); got "
             f"{lprs.overflow_penalty:g} <= {lprs.underfill_penalty:g}"
         )
     if lprs.guard_recover_error > lprs.guard_max_error:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairsched_plugin.config import AUTO, ConfigError, load_config
+from fairsched_plugin.config import AUTO, ConfigError, from_values, load_config
 from fairsched_plugin.policies import AgingPolicy, AutoAlpha, PrefillRateEstimator, make_policy
 from fairsched_plugin.policies.base import RequestView
 
@@ -46,7 +46,7 @@ def test_alpha_follows_the_rate_only_beyond_the_tolerance():
 
 def test_bad_factor_is_rejected():
     with pytest.raises(ValueError, match="auto_factor"):
-        AutoAlpha(0.0, PrefillRateEstimator())
+        from_values({"aging": {"auto_factor": 0.0}})
 
 
 def test_config_accepts_auto_and_makes_an_uncalibrated_policy():

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from fairsched_plugin.config import from_values
 from fairsched_plugin.policies.alignment import align_chunk
 from fairsched_plugin.policies.apc import (
     ActivePrefillControl,
@@ -106,7 +107,7 @@ def test_candidate_sets_are_cached_and_read_only():
 
 def test_params_reject_overflow_not_above_underfill():
     with pytest.raises(ValueError, match="underfill < overflow"):
-        LPRSParams(50.0, 32, 2.0, 2.0)
+        from_values({"lprs": {"underfill_penalty": 2.0, "overflow_penalty": 2.0}})
 
 
 # ------------------------------------------------------------------ APC

@@ -14,7 +14,14 @@ from dataclasses import replace
 
 import pytest
 
-from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, RequestView, plan_prefill_caps
+from fairsched_plugin.config import from_values
+from fairsched_plugin.policies import (
+    AgingPolicy,
+    FCFSPolicy,
+    RequestView,
+    make_policy,
+    plan_prefill_caps,
+)
 from fairsched_plugin.policies.aging import DEFAULT_ALPHA, DEFAULT_BETA
 
 
@@ -232,13 +239,13 @@ def test_intermediate_ratio_mixes():
 @pytest.mark.parametrize("alpha", [0.0, -0.0, -1.0, math.nan, math.inf, -math.inf])
 def test_invalid_alpha_rejected(alpha):
     with pytest.raises(ValueError, match=r"aging\.alpha must be a finite number > 0"):
-        AgingPolicy(alpha=alpha, beta=-1.0)
+        make_policy(from_values({"policy": "aging", "aging": {"alpha": alpha, "beta": -1.0}}))
 
 
 @pytest.mark.parametrize("beta", [0.0, -0.0, 1.0, math.nan, math.inf, -math.inf])
 def test_invalid_beta_rejected(beta):
     with pytest.raises(ValueError, match=r"aging\.beta must be a finite number < 0"):
-        AgingPolicy(alpha=1.0, beta=beta)
+        make_policy(from_values({"policy": "aging", "aging": {"alpha": 1.0, "beta": beta}}))
 
 
 def test_tiny_but_valid_parameters_accepted():

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from fairsched_plugin.config import AFLCBConfig, load_config
+from fairsched_plugin.config import AFLCBConfig, from_values, load_config
 from fairsched_plugin.policies import (
     AFLCBPolicy,
     AgingShortestPromptFirst,
@@ -84,7 +84,7 @@ def test_aging_spf_long_prompt_overtakes_after_its_prompt_gap_over_rate():
     # ...one arriving later than (2100 - 100) / 100 = 20 s is not.
     assert order(policy, [long_, view("s", 1020.1, 100)]) == ["long", "s"]
     with pytest.raises(ValueError, match="aging_spf.rate"):
-        AgingShortestPromptFirst(rate=0.0)
+        make_policy(from_values({"policy": "aging-spf", "aging_spf": {"rate": 0.0}}))
 
 
 # ------------------------------------------------------------------ estimators

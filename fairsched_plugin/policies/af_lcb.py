@@ -86,8 +86,6 @@ class AFLCBPolicy(OrderingPolicy):
     def __init__(
         self, config: AFLCBConfig, estimator: OutputLengthEstimator, epoch: float = 0.0
     ) -> None:
-        if not 0 <= config.kv_threshold < 1:
-            raise ValueError(f"af_lcb.kv_threshold must be in [0, 1), got {config.kv_threshold}")
         self.config = config
         self.estimator = estimator
         self.epoch = epoch

@@ -16,8 +16,6 @@ be ordered by prompt length.)
 
 from __future__ import annotations
 
-import math
-
 from .base import OrderingPolicy, RequestView
 
 DEFAULT_ALPHA = 37.5
@@ -38,8 +36,6 @@ class AgingPolicy(OrderingPolicy):
         self, alpha: float | None = DEFAULT_ALPHA, beta: float = DEFAULT_BETA,
         epoch: float = 0.0,
     ) -> None:
-        if not (math.isfinite(beta) and beta < 0):
-            raise ValueError(f"aging.beta must be a finite number < 0, got {beta!r}")
         self.beta = beta
         self.epoch = epoch
         self.alpha: float | None = None
@@ -48,8 +44,6 @@ class AgingPolicy(OrderingPolicy):
 
     def set_alpha(self, alpha: float) -> None:
         """Change alpha; keys taken before are stale, so the caller re-keys its queues."""
-        if not (math.isfinite(alpha) and alpha > 0):
-            raise ValueError(f"aging.alpha must be a finite number > 0, got {alpha!r}")
         self.alpha = alpha
 
     def value(self, view: RequestView) -> float:

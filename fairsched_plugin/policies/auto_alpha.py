@@ -15,7 +15,6 @@ short prompts on a guess.
 
 from __future__ import annotations
 
-import math
 
 class PrefillRateEstimator:
     """Prefill tokens per second of batch time, as a ratio of exponentially weighted sums."""
@@ -50,8 +49,6 @@ class AutoAlpha:
 
     def __init__(self, factor: float, estimator: PrefillRateEstimator,
                  tolerance: float = 0.2) -> None:
-        if not (math.isfinite(factor) and factor > 0):
-            raise ValueError(f"aging.auto_factor must be a finite number > 0, got {factor!r}")
         self.factor = factor
         self.estimator = estimator
         self.tolerance = tolerance

@@ -24,19 +24,12 @@ class PredictionError(ValueError):
 
 @dataclass(frozen=True)
 class LPRSParams:
+    """Algorithm 1's settings, the ``lprs.*`` keys as ``config`` validated them."""
+
     target_ms: float
     granularity: int
     underfill_penalty: float
     overflow_penalty: float
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.target_ms) and self.target_ms > 0):
-            raise ValueError(f"lprs.target_ms must be > 0, got {self.target_ms}")
-        if self.granularity < 1:
-            raise ValueError(f"lprs.granularity must be >= 1, got {self.granularity}")
-        if not 0 < self.underfill_penalty < self.overflow_penalty:
-            raise ValueError("lprs penalties must satisfy 0 < underfill < overflow, got "
-                             f"{self.underfill_penalty} and {self.overflow_penalty}")
 
 
 class ChunkChoice(NamedTuple):

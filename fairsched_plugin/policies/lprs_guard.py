@@ -30,6 +30,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class GuardParams:
+    """The ``lprs.guard_*`` keys. Unlike the other parameter classes this one checks its
+    own domain: its window must be >= 1, where config also accepts 0 (then no guard is
+    built at all)."""
+
     window: int
     max_error: float
     recover_error: float

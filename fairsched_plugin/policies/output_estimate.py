@@ -58,10 +58,6 @@ class OutputLengthEstimator:
     one once that has, else the configured prior (cold start: every request alike)."""
 
     def __init__(self, prior_output_tokens: float, min_samples: int) -> None:
-        if not (math.isfinite(prior_output_tokens) and prior_output_tokens > 0):
-            raise ValueError(f"prior_output_tokens must be > 0, got {prior_output_tokens!r}")
-        if min_samples < 1:
-            raise ValueError(f"min_samples must be >= 1, got {min_samples!r}")
         self.prior = Estimate(prior_output_tokens, 0.0, 0)
         self.min_samples = min_samples
         self.overall = RunningStats()

@@ -33,8 +33,6 @@ def ranked_service(
 ) -> RankedStep:
     """Merge running (any order) and waiting (best first, consumed lazily) by key and
     take the first ``max_batch_size``: O(r log r + k)."""
-    if max_batch_size < 1:
-        raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
     key = policy.key
     best_running = heapq.nsmallest(max_batch_size, running, key=key)
     served: set[str] = set()

@@ -67,8 +67,6 @@ class AgingShortestPromptFirst(OrderingPolicy):
     name = "aging-spf"
 
     def __init__(self, rate: float, epoch: float = 0.0) -> None:
-        if not (math.isfinite(rate) and rate > 0):
-            raise ValueError(f"aging_spf.rate must be a finite number > 0, got {rate!r}")
         self.rate = rate
         self.epoch = epoch
 
