@@ -175,6 +175,8 @@ class _Key:
     check: Callable[[Any], bool] = lambda _value: True
     normalise: Callable[[Any], Any] = lambda value: value
     allow_auto: bool = False
+    see: str = ""
+    """A docs page (relative to the repository root) the README's table links to."""
 
     @property
     def accepted(self) -> str:
@@ -214,7 +216,7 @@ def policy_names() -> tuple[str, ...]:
 
 KEYS: tuple[_Key, ...] = (
     _Key("policy", str, lambda: "one of " + ", ".join(policy_names()),
-         lambda v: v in policy_names(), normalise=str.lower),
+         lambda v: v in policy_names(), normalise=str.lower, see="docs/policies.md"),
     _Key(
         "service",
         str,
@@ -283,12 +285,13 @@ KEYS: tuple[_Key, ...] = (
     _Key("profile.path", str,
          "a file path for the per-step predictor profile, CSV (empty: no profiling)"),
     _Key("profile.memory", str, *_one_of(MEMORY_PROVIDERS), normalise=str.lower),
-    _Key("predictor.path", str, "the path of an ONNX latency model (empty: none)"),
+    _Key("predictor.path", str, "the path of an ONNX latency model (empty: none)",
+         see="docs/predictor.md"),
     _Key("predictor.provider", str, *_one_of(PREDICTOR_PROVIDERS), normalise=str.lower),
     _Key("predictor.device_id", int, "an integer >= 0 (CUDA or NPU device index)",
          lambda v: v >= 0),
     _Key("predictor.precision_mode", str, *_one_of(CANN_PRECISION_MODES),
-         normalise=str.lower),
+         normalise=str.lower, see="docs/ascend.md"),
     _Key("predictor.threads", int, "an integer >= 1 (ONNX Runtime intra-op threads)",
          lambda v: v >= 1),
     _Key("predictor.allow_memory_mismatch", bool,
@@ -308,10 +311,11 @@ KEYS: tuple[_Key, ...] = (
     _Key("lprs.correction", float,
          "a number in [0, 1]: weight of each step's measured-minus-predicted time in the "
          "running bias added to predictions (0: the paper's uncorrected predictor)",
-         lambda v: 0 <= v <= 1),
+         lambda v: 0 <= v <= 1, see="docs/lprs.md"),
     _Key("lprs.guard_window", int,
          "an integer >= 0: dispatched batches the guard judges the predictor on (0: no "
-         "guard)", lambda v: v >= 0),
+         "guard)", lambda v: v >= 0,
+         see="docs/lprs.md#a-predictor-that-does-not-fit-the-engine"),
     _Key("lprs.guard_max_error", float,
          "a finite number > 0: LPRS falls back to the token budget while the median "
          "|measured - predicted| / measured over the window is above this", _positive),
@@ -370,6 +374,42 @@ def from_values(section: Mapping[str, Any]) -> FairschedConfig:
 def accepted_keys() -> str:
     """One line per key: dotted name, environment variable, accepted values."""
     return "\n".join(f"  {k.path} ({k.env_name}): {k.accepted}" for k in KEYS)
+
+
+def markdown_table() -> str:
+    """The README's configuration table: one row per key of :data:`KEYS` with its
+    environment variable, default and accepted values (``scripts/config_table.py`` writes
+    it into the README; a test fails when the two differ)."""
+    defaults = FairschedConfig()
+    rows = ["| key | environment variable | default | accepted |", "|---|---|---|---|"]
+    for key in KEYS:
+        default: Any = defaults
+        for part in key.path.split("."):
+            default = getattr(default, part)
+        accepted = _policy_summaries() if key.path == "policy" else key.accepted
+        if key.see:
+            accepted += f" ([{key.see.split('#')[0]}]({key.see}))"
+        accepted = accepted.replace("|", "\\|")  # a table cell: escape the column bar
+        rows.append(f"| `{key.path}` | `{key.env_name}` | {_markdown_value(default)} | "
+                    f"{accepted} |")
+    rows.append(f"| (all) | `{CONFIG_ENV}` | | a JSON object with the keys above, inline or "
+                "as a file path |")
+    return "\n".join(rows) + "\n"
+
+
+def _policy_summaries() -> str:
+    from .policies.registry import POLICIES
+
+    return "one of " + ", ".join(f"`{name}` ({entry.summary})"
+                                 for name, entry in POLICIES.items())
+
+
+def _markdown_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float):
+        return f"`{value:g}`"
+    return f"`{value}`" if value != "" else "(none)"
 
 
 def _read_json_source(text: str) -> Mapping[str, Any]:

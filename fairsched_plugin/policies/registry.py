@@ -68,7 +68,7 @@ POLICIES: dict[str, PolicyEntry] = {
     "lpf": PolicyEntry(lambda config, epoch: LongestPromptFirst(), None,
                        "longest prompt first"),
     "srtf": PolicyEntry(lambda config, epoch: ShortestRemainingTokensFirst(), None,
-                        "shortest remaining tokens first (oracle)"),
+                        "shortest remaining tokens first, an oracle"),
     "aging-spf": PolicyEntry(
         lambda config, epoch: AgingShortestPromptFirst(config.aging_spf.rate, epoch=epoch),
         "aging_spf", "shortest prompt first with an age bonus"),
@@ -77,7 +77,7 @@ POLICIES: dict[str, PolicyEntry] = {
         "estf", "estimated shortest tokens first"),
     "af-lcb": PolicyEntry(
         lambda config, epoch: AFLCBPolicy(config.af_lcb, _estimator(config), epoch=epoch),
-        "af_lcb", "adaptive fair LCB (with estf's estimator settings)"),
+        "af_lcb", "adaptive fair LCB, with estf's estimator settings"),
     "guarded-srpf": PolicyEntry(
         lambda config, epoch: GuardedSRPF(config.guarded_srpf.slack,
                                           config.guarded_srpf.window_s),
