@@ -27,7 +27,7 @@ from fairsched_plugin.policies.output_estimate import prompt_class
 
 def view(rid, arrival, prompt, *, out=0, max_tokens=None, priority=0, computed=0):
     return RequestView(rid, arrival, prompt, computed_tokens=computed, output_tokens=out,
-                       max_tokens=max_tokens, priority=priority)
+                       max_tokens=max_tokens, vllm_priority=priority)
 
 
 def order(policy, views):
@@ -189,10 +189,10 @@ def test_af_lcb_tier_deficit_favours_the_tier_that_got_less_than_its_share():
     for tier in (0, 1):
         policy.observe_arrival(view("a", 0.0, 100, priority=tier))
     # Bronze got all the service although gold's weighted demand entitles it to 2/3.
-    policy.observe_service(priority=1, tokens=5000)
+    policy.observe_service(tier=1, tokens=5000)
     assert policy.refresh(now=1.0, kv_usage=0.0)
     assert order(policy, [bronze, gold]) == ["gold", "bronze"]
-    policy.observe_service(priority=0, tokens=10**6)
+    policy.observe_service(tier=0, tokens=10**6)
     assert policy.refresh(now=2.0, kv_usage=0.0)
     assert order(policy, [gold, bronze]) == ["bronze", "gold"]
 

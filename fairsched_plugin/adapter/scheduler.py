@@ -110,7 +110,7 @@ def request_view(request: Request, deadline: float = math.inf,
         computed_tokens=computed,
         output_tokens=request.num_output_tokens,
         max_tokens=request.max_tokens,
-        priority=request.priority,
+        vllm_priority=request.priority,
         deadline=deadline,
         cached_tokens=cached_tokens,
     )

@@ -107,7 +107,7 @@ class AFLCBPolicy(OrderingPolicy):
         rem_out = max(self._lcb[prompt_class(view.prompt_tokens)] - view.output_tokens, 1.0)
         value = c.prompt_weight * view.remaining_prefill + rem_out
         value += c.age_rate * (view.arrival_time - self.epoch)
-        value -= c.tier_weight * self._deficit.get(view.priority, 0.0)
+        value -= c.tier_weight * self._deficit.get(view.vllm_priority, 0.0)
         if self._pressure > 0:
             value += c.kv_weight * self._pressure * (view.num_tokens + rem_out)
         return value
@@ -150,10 +150,10 @@ class AFLCBPolicy(OrderingPolicy):
 
     def observe_arrival(self, view: RequestView) -> None:
         expected = self.estimator.estimate(prompt_class(view.prompt_tokens)).mean
-        self.ledger.add_demand(view.priority, view.prompt_tokens + expected)
+        self.ledger.add_demand(view.vllm_priority, view.prompt_tokens + expected)
 
-    def observe_service(self, priority: int, tokens: int) -> None:
-        self.ledger.add_service(priority, tokens)
+    def observe_service(self, tier: int, tokens: int) -> None:
+        self.ledger.add_service(tier, tokens)
 
     def describe(self) -> str:
         c = self.config

@@ -26,6 +26,10 @@ class RequestView:
     ``cached_tokens``: of a waiting request, the prompt prefix vLLM's prefix cache holds
     (it will not be computed again); its remaining work is the rest.
 
+    ``vllm_priority`` is vLLM's ``Request.priority`` (the OpenAI request field, smaller is
+    more urgent): the level of vLLM's priority scheduling, and the service tier of the
+    seed-002 policies. Not Aging's Eq. 1 priority (:meth:`AgingPolicy.priority`).
+
     ``deadline`` is the wall-clock time after which a policy that assigns deadlines
     (``OrderingPolicy.uses_deadlines``) serves the request before any that is not overdue;
     infinite for every other policy.
@@ -37,7 +41,7 @@ class RequestView:
     computed_tokens: int = 0
     output_tokens: int = 0
     max_tokens: int | None = None
-    priority: int = 0
+    vllm_priority: int = 0
     deadline: float = math.inf
     cached_tokens: int = 0
 
@@ -143,5 +147,6 @@ class OrderingPolicy(ABC):
     def observe_arrival(self, view: RequestView) -> None:
         """A new request arrived (only called when ``tracks_service``)."""
 
-    def observe_service(self, priority: int, tokens: int) -> None:
-        """A request of tier ``priority`` got ``tokens`` in a step (when ``tracks_service``)."""
+    def observe_service(self, tier: int, tokens: int) -> None:
+        """A request of ``tier`` (its ``vllm_priority``) got ``tokens`` in a step (only
+        called when ``tracks_service``)."""

@@ -175,7 +175,7 @@ def step_rank(policy: OrderingPolicy, now: float,
     rank = policy.ranker(now)
     if not by_priority:
         return rank
-    return lambda view: (view.priority, rank(view))
+    return lambda view: (view.vllm_priority, rank(view))
 
 
 def plan_prefill_caps(

@@ -18,7 +18,7 @@ class TierPolicy(OrderingPolicy):
     name = "tier"
 
     def value(self, view: RequestView) -> float:
-        return view.priority
+        return view.vllm_priority
 
 
 class ShortestPromptFirst(OrderingPolicy):
