@@ -2,8 +2,9 @@
 
 Builds the tiny model (once), starts a real vLLM OpenAI server with
 ``--scheduler-cls fairsched_plugin.FairScheduler``, sends a handful of ShareGPT prompts
-concurrently as streamed completions, prints what came back and the scheduler's start-up
-line from the server log, and stops the server.
+concurrently as streamed completions, prints each one's tokens, TTFT and end-to-end time
+and the scheduler's start-up line from the server log, and stops the server. Exits 1 when
+the start-up line is missing or a completion came back short.
 """
 
 from __future__ import annotations

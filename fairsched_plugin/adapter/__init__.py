@@ -1,4 +1,5 @@
 """The thin vLLM layer: scheduler subclasses, the policy-ordered waiting queue, checks.
 
-The only part of the package that imports vLLM.
+The only part of the serving path that imports vLLM (outside it, ``sim/`` drives vLLM's
+scheduler classes with fake model outputs).
 """

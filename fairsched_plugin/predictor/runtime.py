@@ -1,8 +1,9 @@
-"""Serve a latency model with ONNX Runtime: one session, one batched call per step.
+"""Serve a latency model with ONNX Runtime: one session, batched calls.
 
-Per step, LPRS scores all of its prefill candidates' chunk sizes in one ``predict`` call
-(two when the target binds mid-step; ``adapter/chunking.py``), and one more call of a
-single row predicts the batch as dispatched, for the online bias and the guard.
+Per step, LPRS scores its prefill candidates' chunk sizes in batched ``predict`` calls,
+usually one (two when the target binds anew; ``adapter/chunking.py``). The batch as
+dispatched, for the online bias and the guard, reuses the prediction of the row LPRS
+scored for it, and takes a single-row call of its own only when vLLM dispatched another.
 
 The execution provider comes from config: ``cpu`` (default), ``cuda`` (``onnxruntime-gpu``)
 or ``cann`` (``onnxruntime-cann``, Ascend). The CPU provider with one thread is the right
