@@ -1,11 +1,15 @@
-"""The README's configuration table is generated from ``config.KEYS``: it may not drift."""
+"""Config keys are declared in the dataclasses and ``config.KEYS``, and the README's table
+is generated from them: none of the three may drift from the others."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import typing
 from pathlib import Path
 
-from fairsched_plugin.config import KEYS, markdown_table
+from fairsched_plugin.config import KEYS, FairschedConfig, markdown_table
+from fairsched_plugin.policies.registry import POLICIES
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "config_table.py"
 
@@ -28,3 +32,27 @@ def test_table_has_one_row_per_key_and_every_policy():
     for key in KEYS:
         assert f"| `{key.path}` | `{key.env_name}` |" in table
     assert "`lprs.correction`" in table and "`guarded-srpf` (" in table
+
+
+def test_every_config_field_is_a_key_and_every_key_a_field():
+    """The dataclasses and ``KEYS`` declare the same keys: a field without a key could not
+    be set, a key without a field would be dropped."""
+
+    def leaves(cls: type, prefix: str = "") -> set[str]:
+        hints = typing.get_type_hints(cls)
+        out: set[str] = set()
+        for f in dataclasses.fields(cls):
+            kind = hints[f.name]
+            if dataclasses.is_dataclass(kind):
+                out |= leaves(kind, f"{prefix}{f.name}.")
+            else:
+                out.add(prefix + f.name)
+        return out
+
+    assert leaves(FairschedConfig) == {key.path for key in KEYS}
+
+
+def test_every_registered_section_is_a_config_section():
+    for name, entry in POLICIES.items():
+        assert entry.section is None or any(
+            key.path.startswith(entry.section + ".") for key in KEYS), name
