@@ -58,12 +58,29 @@ class AgingConfig:
 
 @dataclass(frozen=True)
 class GuardedSRPFConfig:
-    """Guarded shortest remaining prefill first: a request's deadline is its arrival plus
-    ``slack`` times the larger of its FCFS wait and the largest FCFS wait of the last
-    ``window_s`` seconds; overdue requests outrank the rest."""
+    """Guarded shortest remaining prefill first: a request is overdue once the engine has
+    served ``slack`` times the prefill work FCFS would have served before it (or the
+    largest backlog of the last ``window_s`` seconds); overdue requests outrank the rest."""
 
     slack: float = 1.25
     window_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class GuardedAgingConfig:
+    """Aging (alpha ``auto_factor`` times the measured prefill throughput) inside the
+    guard of guarded-srpf, with its own ``slack`` and ``window_s``."""
+
+    slack: float = 1.5
+    window_s: float = 0.0
+    auto_factor: float = 0.25
+
+
+@dataclass(frozen=True)
+class PreflowConfig:
+    """PREFLOW: a request's priority doubles every ``age_doubling_s`` seconds it waits."""
+
+    age_doubling_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -154,7 +171,9 @@ class FairschedConfig:
     decodes_first: bool = False
     prefix_aware: bool = True
     guarded_srpf: GuardedSRPFConfig = field(default_factory=GuardedSRPFConfig)
+    guarded_aging: GuardedAgingConfig = field(default_factory=GuardedAgingConfig)
     aging: AgingConfig = field(default_factory=AgingConfig)
+    preflow: PreflowConfig = field(default_factory=PreflowConfig)
     aging_spf: AgingSPFConfig = field(default_factory=AgingSPFConfig)
     estf: ESTFConfig = field(default_factory=ESTFConfig)
     af_lcb: AFLCBConfig = field(default_factory=AFLCBConfig)
@@ -235,11 +254,18 @@ KEYS: tuple[_Key, ...] = (
          "true or false (a waiting request's remaining prefill is its part not in vLLM's "
          "prefix cache, looked up when it enters the queue; false counts the whole prompt)"),
     _Key("guarded_srpf.slack", float,
-         "a finite number > 0 (a request is overdue after slack times the larger of its FCFS "
-         "wait and the largest FCFS wait of the window)", _positive),
+         "a finite number > 0 (a request is overdue once slack times the prefill work "
+         "queued ahead of it, or the window's largest backlog, has been served)", _positive),
     _Key("guarded_srpf.window_s", float,
-         "a finite number >= 0 (seconds over which the largest FCFS wait is remembered)",
+         "a finite number >= 0 (seconds over which the largest backlog is remembered)",
          _non_negative),
+    _Key("guarded_aging.slack", float, "a finite number > 0 (as guarded_srpf.slack)",
+         _positive),
+    _Key("guarded_aging.window_s", float, "a finite number >= 0 (as guarded_srpf.window_s)",
+         _non_negative),
+    _Key("guarded_aging.auto_factor", float,
+         "a finite number > 0: alpha = auto_factor * prefill tokens/s, as aging.auto_factor",
+         _positive),
     _Key(
         "aging.alpha",
         float,
@@ -260,6 +286,9 @@ KEYS: tuple[_Key, ...] = (
         'a finite number > 0: alpha = auto_factor * prefill tokens/s when alpha is "auto"',
         lambda v: _finite(v) and v > 0,
     ),
+    _Key("preflow.age_doubling_s", float,
+         "a finite number > 0 (seconds of waiting that double a request's priority)",
+         _positive),
     _Key("aging_spf.rate", float, "a finite number > 0 (prompt tokens per second waited)",
          _positive),
     _Key("estf.prior_output_tokens", float,

@@ -73,7 +73,7 @@ def test_make_policy_from_config():
     assert (policy.alpha, policy.beta) == (None, -1.0)
     assert isinstance(make_policy(load(fs({"policy": "fcfs"}))), FCFSPolicy)
     guarded = make_policy(load(FAIRSCHED_GUARDED_SRPF_SLACK="2.5"))
-    assert isinstance(guarded, GuardedSRPF) and guarded.slack == 2.5
+    assert isinstance(guarded, GuardedSRPF) and guarded.guard.slack == 2.5
     aging = make_policy(load(fs({"policy": "aging", "aging": {"alpha": 2, "beta": -0.5}})))
     assert (aging.alpha, aging.beta) == (2.0, -0.5)
 

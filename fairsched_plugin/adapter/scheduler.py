@@ -32,9 +32,9 @@ An error in the plugin's own per-step work (ordering, hiding, planning, memory r
 trace) degrades that step to vLLM's own behaviour and is logged once per place.
 
 ``fcfs`` is vLLM's own order, so steps 3 and 4 are skipped for it: it is an exact
-control arm against stock vLLM. A policy with deadlines (``guarded-srpf``) gets each
-request's deadline when it arrives, from the prefill work queued ahead of it, the recent
-backlog and the measured prefill rate; its queues keep the overdue lane in a second heap.
+control arm against stock vLLM. A policy with deadlines (the guarded ones) gets each
+request's deadline when it arrives, from the prefill work queued ahead of it and the recent
+backlog, counted in served prefill tokens; its queues keep the overdue lane in a second heap.
 
 vLLM's FCFS preemption takes ``running[-1]``: in vLLM's running order the most recently
 admitted request; with the reorder, the lowest-ranked partial prefill or, when none is
@@ -62,11 +62,12 @@ from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from ..config import AUTO, FairschedConfig, load_config
+from ..config import FairschedConfig, load_config
 from ..predictor.features import BatchStats
 from ..predictor.memory import make_memory_provider
 from ..predictor.runtime import LatencyPredictor
 from ..policies import (
+    AgingPolicy,
     AutoAlpha,
     PrefillRateEstimator,
     RequestView,
@@ -184,10 +185,10 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         self._hidden: list[Request] = []
         listeners = []
         if policy.uses_deadlines:
-            listeners.append(self._observe_prefill_rate)
+            listeners.append(self._observe_served)
         self._auto_alpha: AutoAlpha | None = None
-        if config.policy == "aging" and config.aging.alpha == AUTO:
-            self._auto_alpha = AutoAlpha(config.aging.auto_factor, PrefillRateEstimator())
+        if isinstance(policy, AgingPolicy) and policy.auto_factor is not None:
+            self._auto_alpha = AutoAlpha(policy.auto_factor, PrefillRateEstimator())
             listeners.append(self._calibrate_alpha)
         self._chunk_rule = self._make_chunk_rule(config)
         if self._chunk_rule is not None and self._chunk_rule.observes_steps:
@@ -380,13 +381,9 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             alpha, self._auto_alpha.factor, self._auto_alpha.estimator.rate,
         )
 
-    def _observe_prefill_rate(self, step: dict[str, Any]) -> None:
-        """Step listener for deadline policies: the prefill rate of saturated steps, those
-        that used the whole budget or left requests waiting."""
-        saturated = (step["num_waiting"] > 0 or step["prefill_tokens"] + step["decode_tokens"]
-                     >= self.max_num_scheduled_tokens)
-        self.fairsched_policy.observe_step(step["prefill_tokens"], step["step_time_s"],
-                                           saturated)
+    def _observe_served(self, step: dict[str, Any]) -> None:
+        """Step listener for deadline policies: the prefill work each step computed."""
+        self.fairsched_policy.observe_step(step["prefill_tokens"])
 
     def _backlog(self) -> int:
         """Prefill tokens queued: the waiting queues' work and the running prefills' rest
@@ -447,7 +444,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         return PolicyRequestQueue(
             self._waiting_key,
             deadline=self._deadline,
-            clock=lambda: self._now,
+            clock=lambda: self.fairsched_policy.overdue_cutoff(self._now),
             work=self._waiting_work,
         )
 

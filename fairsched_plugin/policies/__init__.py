@@ -11,7 +11,7 @@ from .auto_alpha import AutoAlpha, PrefillRateEstimator
 from .base import OrderingPolicy, Rank, RequestView, SortKey
 from .estf import EstimatedShortestTokensFirst
 from .fcfs import FCFSPolicy
-from .guarded_srpf import GuardedSRPF
+from .guarded import GuardedAging, GuardedSRPF
 from .output_estimate import OutputLengthEstimator
 from .plan import plan_prefill_caps
 from .ranked import ranked_service
@@ -40,6 +40,7 @@ __all__ = [
     "AutoAlpha",
     "PrefillRateEstimator",
     "FCFSPolicy",
+    "GuardedAging",
     "GuardedSRPF",
     "OrderingPolicy",
     "Rank",

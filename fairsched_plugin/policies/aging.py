@@ -34,10 +34,13 @@ class AgingPolicy(OrderingPolicy):
 
     def __init__(
         self, alpha: float | None = DEFAULT_ALPHA, beta: float = DEFAULT_BETA,
-        epoch: float = 0.0,
+        epoch: float = 0.0, auto_factor: float | None = None,
     ) -> None:
         self.beta = beta
         self.epoch = epoch
+        self.auto_factor = auto_factor
+        """With ``alpha`` None: the scheduler sets alpha to this times the measured
+        prefill throughput (``policies.auto_alpha``)."""
         self.alpha: float | None = None
         if alpha is not None:
             self.set_alpha(alpha)

@@ -30,9 +30,9 @@ class RequestView:
     more urgent): the level of vLLM's priority scheduling, and the service tier of the
     seed-002 policies. Not Aging's Eq. 1 priority (:meth:`AgingPolicy.priority`).
 
-    ``deadline`` is the wall-clock time after which a policy that assigns deadlines
-    (``OrderingPolicy.uses_deadlines``) serves the request before any that is not overdue;
-    infinite for every other policy.
+    ``deadline``: once the policy's :meth:`~OrderingPolicy.overdue_cutoff` reaches it, a
+    policy that assigns deadlines (``OrderingPolicy.uses_deadlines``) serves the request
+    before any that is not overdue; infinite for every other policy.
     """
 
     request_id: str
@@ -90,8 +90,9 @@ class OrderingPolicy(ABC):
     """True for arrival order: vLLM's own loop already serves it, so the adapter neither
     reorders the running list nor plans caps (an exact control arm against stock vLLM)."""
     uses_deadlines = False
-    """True when :meth:`deadline` gives each arriving request a time after which it
-    outranks every request that is not yet overdue (see :meth:`ranker`)."""
+    """True when :meth:`deadline` gives each arriving request a point (in the unit of
+    :meth:`overdue_cutoff`) after which it outranks every request that is not yet overdue
+    (see :meth:`ranker`)."""
 
     @abstractmethod
     def value(self, view: RequestView) -> float:
@@ -104,14 +105,15 @@ class OrderingPolicy(ABC):
     def ranker(self, now: float) -> Callable[[RequestView], Rank]:
         """The order at wall-clock time ``now``: the key itself, unless the policy assigns
         deadlines; then overdue requests come first, earliest deadline first, and the
-        rest follow in key order. A request's lane changes only once (when its deadline
-        passes), so queues can keep one heap per lane instead of re-keying."""
+        rest follow in key order. A request's lane changes only once (when the cutoff
+        passes its deadline), so queues can keep one heap per lane instead of re-keying."""
         if not self.uses_deadlines:
             return self.key
         key = self.key
+        cutoff = self.overdue_cutoff(now)
 
         def rank(view: RequestView) -> Rank:
-            if view.deadline <= now:
+            if view.deadline <= cutoff:
                 return (0, view.deadline, view.arrival_time, view.request_id)
             return (1, *key(view))
 
@@ -122,13 +124,17 @@ class OrderingPolicy(ABC):
         queued ahead of it (only called when ``uses_deadlines``)."""
         raise NotImplementedError(f"{self.name} assigns no deadlines")
 
+    def overdue_cutoff(self, now: float) -> float:
+        """Requests whose deadline is at most this are overdue. It must never decrease.
+        ``now`` for deadlines in wall-clock time; the guarded policies count served
+        prefill tokens instead (``policies.guarded``)."""
+        return now
+
     def observe_backlog(self, now: float, backlog_tokens: int) -> None:
         """The prefill work queued at the start of a step (only when ``uses_deadlines``)."""
 
-    def observe_step(self, prefill_tokens: int, step_time_s: float | None,
-                     saturated: bool) -> None:
-        """A step came back (only called when ``uses_deadlines``): its prefill tokens,
-        measured time, and whether prefill work was queued behind it."""
+    def observe_step(self, prefill_tokens: int) -> None:
+        """A step came back with ``prefill_tokens`` computed (only when ``uses_deadlines``)."""
 
     def describe(self) -> str:
         """One line for the start-up log."""

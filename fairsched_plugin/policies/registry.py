@@ -20,8 +20,10 @@ from .aging import AgingPolicy
 from .base import OrderingPolicy
 from .estf import EstimatedShortestTokensFirst
 from .fcfs import FCFSPolicy
-from .guarded_srpf import GuardedSRPF
+from .guarded import GuardedAging, GuardedSRPF
+from .hrrn import HRRNPolicy
 from .output_estimate import OutputLengthEstimator
+from .preflow import PreflowPolicy
 from .static_keys import (
     AgingShortestPromptFirst,
     LongestPromptFirst,
@@ -47,8 +49,10 @@ class PolicyEntry:
 def _aging(config: FairschedConfig, epoch: float) -> OrderingPolicy:
     """Automatic alpha starts uncalibrated (None): arrival order until measured."""
     alpha = config.aging.alpha
-    return AgingPolicy(alpha=None if alpha == AUTO else alpha, beta=config.aging.beta,
-                       epoch=epoch)
+    if alpha == AUTO:
+        return AgingPolicy(alpha=None, beta=config.aging.beta, epoch=epoch,
+                           auto_factor=config.aging.auto_factor)
+    return AgingPolicy(alpha=alpha, beta=config.aging.beta, epoch=epoch)
 
 
 def _estimator(config: FairschedConfig) -> OutputLengthEstimator:
@@ -82,6 +86,16 @@ POLICIES: dict[str, PolicyEntry] = {
         lambda config, epoch: GuardedSRPF(config.guarded_srpf.slack,
                                           config.guarded_srpf.window_s),
         "guarded_srpf", "shortest remaining prefill first, FCFS-bounded waits"),
+    "guarded-aging": PolicyEntry(
+        lambda config, epoch: GuardedAging(config.guarded_aging.slack,
+                                           config.guarded_aging.window_s,
+                                           config.guarded_aging.auto_factor, epoch=epoch),
+        "guarded_aging", "Aging with the automatic alpha, FCFS-bounded waits"),
+    "preflow": PolicyEntry(
+        lambda config, epoch: PreflowPolicy(config.preflow.age_doubling_s, epoch=epoch),
+        "preflow", "vLLM-Ascend's PREFLOW: attention work with exponential aging"),
+    "hrrn": PolicyEntry(lambda config, epoch: HRRNPolicy(), None,
+                        "SGLang's highest response ratio next, re-ranked every step"),
 }
 
 
