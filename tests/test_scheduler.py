@@ -143,7 +143,9 @@ def _run_checked(engine: OfflineEngine, workload, *, max_num_seqs: int, abort_ev
 
 
 @pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
-@pytest.mark.parametrize("config", [AGING, FCFS], ids=["aging", "fcfs"])
+@pytest.mark.parametrize("config", [AGING, FCFS] + [{"fairsched": {"policy": name}} for name in
+                                                  ("guarded-aging", "preflow", "hrrn")],
+                         ids=["aging", "fcfs", "guarded-aging", "preflow", "hrrn"])
 def test_random_workload_respects_limits_and_finishes(config_only_model, cls, config):
     engine = _engine(config_only_model, cls, config, max_num_seqs=8, num_blocks=4000)
     workload = _random_workload(seed=7, count=60)

@@ -273,7 +273,8 @@ def test_files_per_engine_core_carry_the_data_parallel_rank():
 
 POLICIES = [AGING, {"policy": "guarded-srpf"}, {"policy": "spf"}, {"policy": "srtf"},
             {"policy": "estf"}, {"policy": "af-lcb"}, {"policy": "fcfs"},
-            {**AGING, "decodes_first": True}, {"policy": "aging"}]
+            {**AGING, "decodes_first": True}, {"policy": "aging"},
+            {"policy": "guarded-aging"}, {"policy": "preflow"}, {"policy": "hrrn"}]
 
 
 @pytest.mark.parametrize("seed", range(len(POLICIES) + 2))
