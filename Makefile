@@ -5,7 +5,7 @@
 # default policy on ShareGPT with Poisson arrivals at three loads for the CPU engine
 # (15, 45 and 80 req/s: light, moderate, heavy; 300 requests, prefill budget 256), three
 # interleaved repeats, each case replayed by the project's client and by vllm bench serve.
-MAIN_BENCH = --arms stock,fcfs,guarded-srpf --workload uniform --num-requests 300 \
+MAIN_BENCH = --arms stock,fcfs,guarded-aging --workload uniform --num-requests 300 \
 	--param rate_per_s=10 --rate-scale 1.5,4.5,8 --max-output-tokens 128 --repeat 3 \
 	--vllm-bench --pool .cache/sharegpt-pool.jsonl
 

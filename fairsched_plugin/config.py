@@ -71,7 +71,7 @@ class GuardedAgingConfig:
     """Aging (alpha ``auto_factor`` times the measured prefill throughput) inside the
     guard of guarded-srpf, with its own ``slack`` and ``window_s``."""
 
-    slack: float = 1.5
+    slack: float = 1.25
     window_s: float = 0.0
     auto_factor: float = 0.25
 
@@ -165,7 +165,7 @@ class APCConfig:
 
 @dataclass(frozen=True)
 class FairschedConfig:
-    policy: str = "guarded-srpf"
+    policy: str = "guarded-aging"
     service: str = "budget"
     max_batch_size: int = 16
     decodes_first: bool = False

@@ -17,7 +17,13 @@ from fairsched_plugin.config import (
     accepted_keys,
     load_config,
 )
-from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, GuardedSRPF, make_policy
+from fairsched_plugin.policies import (
+    AgingPolicy,
+    FCFSPolicy,
+    GuardedAging,
+    GuardedSRPF,
+    make_policy,
+)
 
 
 def load(additional=None, **env):
@@ -34,10 +40,11 @@ def fs(section):
 
 def test_defaults():
     config = load()
-    assert config == FairschedConfig(policy="guarded-srpf",
+    assert config == FairschedConfig(policy="guarded-aging",
                                      aging=AgingConfig(alpha="auto", beta=-1.0))
-    assert config.policy == "guarded-srpf"
-    assert (config.guarded_srpf.slack, config.guarded_srpf.window_s) == (1.25, 0.0)
+    assert config.policy == "guarded-aging"
+    assert (config.guarded_aging.slack, config.guarded_aging.window_s,
+            config.guarded_aging.auto_factor) == (1.25, 0.0, 0.25)
     assert config.decodes_first is False
     assert config.aging.alpha == "auto"
     assert config.aging.beta == -1.0
@@ -60,19 +67,20 @@ def test_explicit_environ_ignores_process_environment(monkeypatch):
     for name in [n for n in os.environ if n.startswith("FAIRSCHED_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("FAIRSCHED_POLICY", "fcfs")
-    assert load_config(environ={}).policy == "guarded-srpf"
+    assert load_config(environ={}).policy == "guarded-aging"
     # And without environ= it reads os.environ.
     assert load_config().policy == "fcfs"
 
 
 def test_make_policy_from_config():
-    assert isinstance(make_policy(load()), GuardedSRPF)
+    assert isinstance(make_policy(load()), GuardedAging)
     policy = make_policy(load(fs({"policy": "aging"})))
     assert isinstance(policy, AgingPolicy)
     # Aging's default alpha is automatic: uncalibrated (arrival order) until measured.
     assert (policy.alpha, policy.beta) == (None, -1.0)
     assert isinstance(make_policy(load(fs({"policy": "fcfs"}))), FCFSPolicy)
-    guarded = make_policy(load(FAIRSCHED_GUARDED_SRPF_SLACK="2.5"))
+    guarded = make_policy(load(FAIRSCHED_POLICY="guarded-srpf",
+                               FAIRSCHED_GUARDED_SRPF_SLACK="2.5"))
     assert isinstance(guarded, GuardedSRPF) and guarded.guard.slack == 2.5
     aging = make_policy(load(fs({"policy": "aging", "aging": {"alpha": 2, "beta": -0.5}})))
     assert (aging.alpha, aging.beta) == (2.0, -0.5)
@@ -90,7 +98,7 @@ def test_additional_config_nested():
 def test_additional_config_partial_section_keeps_other_defaults():
     config = load(fs({"aging": {"beta": -3}}))
     assert config.aging == AgingConfig(alpha="auto", beta=-3.0)
-    assert config.policy == "guarded-srpf"
+    assert config.policy == "guarded-aging"
 
 
 def test_policy_name_is_normalised():

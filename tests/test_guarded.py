@@ -114,7 +114,8 @@ def test_policies_without_deadlines_rank_by_their_key():
 
 
 def test_config_makes_the_policies_and_checks_their_keys():
-    policy = make_policy(load_config({"fairsched": {"guarded_srpf": {"slack": 2, "window_s": 5}}},
+    policy = make_policy(load_config({"fairsched": {"policy": "guarded-srpf",
+                                                    "guarded_srpf": {"slack": 2, "window_s": 5}}},
                                      {}))
     assert isinstance(policy, GuardedSRPF)
     assert (policy.guard.slack, policy.guard.recent_backlog.window_s) == (2.0, 5.0)

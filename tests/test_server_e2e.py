@@ -51,7 +51,7 @@ def _assert_streamed(results, max_tokens: int = 16) -> None:
 def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path: Path):
     args = ENGINE_ARGS + [
         "--scheduler-cls", "fairsched_plugin.FairScheduler",
-        "--additional-config", json.dumps({"fairsched": {"guarded_srpf": {"slack": 1.5}}}),
+        "--additional-config", json.dumps({"fairsched": {"guarded_aging": {"slack": 1.5}}}),
     ]
     with running_server(str(tiny_model), tmp_path / "server.log", args) as server:
         _assert_streamed(_query_all(server))
@@ -60,7 +60,8 @@ def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path
     # sync variant; on a GPU the same name stays async.
     assert re.search(
         r"fairsched: scheduler Fair(Sync)?Scheduler active with policy "
-        r"guarded-srpf\(slack=1.5 x the FCFS wait, window 0 s",
+        r"guarded-aging\(aging\(alpha uncalibrated: arrival order, beta=-1\); "
+        r"overdue after slack=1.5 x the FCFS backlog\)",
         log,
     )
     assert "is the async variant" not in log

@@ -36,7 +36,10 @@ DEFAULT_SPACE = (
     "fcfs",
     "aging:alpha=auto:auto_factor={0.1,0.25,0.5,1,2}",
     "aging:alpha={10,37.5,150,600}",
-    "aging-spf", "spf", "guarded-srpf",
+    "aging-spf", "spf",
+    "guarded-srpf:slack={1,1.25,1.5}",
+    "guarded-aging:slack={1.25,1.5,2}:auto_factor={0.1,0.25}",
+    "preflow:age_doubling_s={0.1,1}", "hrrn",
     "fcfs+apc:apc.max_active_prefills={2,4,8}:apc.min_chunk={16,64}",
 )
 """Candidates; ``{a,b}`` expands to one candidate per value (every combination)."""
