@@ -4,7 +4,8 @@ Why: vLLM's ``tests/v1/core/`` states what vLLM's scheduler promises (preemption
 caching, KV connectors, spec decode, structured output, pause states, priority). The
 harness (``tests/vllm_upstream/harness.py``) runs them on stock vLLM and with every
 scheduler they build replaced by the plugin's class, under ``fcfs`` (must behave exactly as
-stock), ``aging`` (the project's policy with the most state) and ``aging+align`` (Aging
+stock), ``aging`` (the project's policy with the most state), ``guarded-aging`` (the
+default: Aging inside the FCFS guard's deadline lanes) and ``aging+align`` (Aging
 with chunk-end alignment, on by default on Ascend: the plan's chunk-rule path). Then, for
 each configuration:
 
@@ -36,6 +37,7 @@ LISTS = Path(__file__).resolve().parent / "vllm_upstream" / "differences.toml"
 CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
     "fcfs": ("fcfs", {}),
     "aging": ("aging", {}),
+    "guarded-aging": ("guarded-aging", {}),
     "aging+align": ("aging", {"FAIRSCHED_LPRS_ALIGN": "on"}),
 }
 """Name in differences.toml -> (policy, further FAIRSCHED_* settings)."""
