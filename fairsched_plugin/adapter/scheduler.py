@@ -571,8 +571,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         ranks = [rank(views[request.request_id]) for request in prefills]
         if any(later < earlier for earlier, later in zip(ranks, ranks[1:])):
             return False
-        with closing(self._waiting_views()) as waiting:
-            head = next(waiting, None)
+        head = self._first_waiting_view()
         return head is None or rank(head) > ranks[-1]
 
     def _defers_prefills(self, throttle_prefills: bool) -> bool:
@@ -603,14 +602,31 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         will meet them (``adapter.admission``; under ``fcfs`` the queues are vLLM's own,
         whose iteration is that order)."""
         loras = LoraSlots(self)
+        view = self._view
         for queue in admitting_queues(self):
             if not queue:  # usually the KV-holding queue: no iterator to set up
                 continue
             if not isinstance(queue, (PolicyRequestQueue, PriorityLevelQueue)):
-                yield from map(self._view, admissible(self, queue, loras))
+                for request in queue:
+                    if admissible(self, request, loras):
+                        yield view(request)
                 continue
             with closing(queue.iter_in_order()) as requests:
-                yield from map(self._view, admissible(self, requests, loras))
+                for request in requests:
+                    if admissible(self, request, loras):
+                        yield view(request)
+
+    def _first_waiting_view(self) -> RequestView | None:
+        """What :meth:`_waiting_views` yields first: in the common case the head of the
+        first non-empty queue, read without setting up the ordered iteration."""
+        for queue in admitting_queues(self):
+            if queue:
+                head = queue.peek_request()
+                if admissible(self, head, LoraSlots(self)):
+                    return self._view(head)
+                break
+        with closing(self._waiting_views()) as waiting:
+            return next(waiting, None)
 
     def _decode_tokens(self, decodes: list[Request]) -> list[tuple[int, int]]:
         """``(context length, tokens)`` of each decode vLLM's running loop will serve (1
