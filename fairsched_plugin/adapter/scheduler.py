@@ -15,7 +15,10 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
 4. the plan (``policies.plan_prefill_caps``) gives each running partial prefill the tokens
    the residual budget leaves it once the decodes and every better-ranked candidate,
    waiting requests included, have taken their share (the caps add up to the budget, so
-   the running order does not change who gets what);
+   the running order does not change who gets what). Without a chunk rule it is skipped
+   when vLLM's loop would give the same: the decodes come first in the running list, the
+   partial prefills follow in rank order, and the first admissible waiting request ranks
+   after them (the common light step, checked with one waiting view);
 5. vLLM's own ``schedule()`` runs; its per-request hook ``_reserve_prefill_lookahead``
    returns ``min(n, cap)`` for running partial prefills (0 skips one for this step), and
    the waiting queue, a heap on the same key, admits in policy order.
