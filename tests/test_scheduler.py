@@ -444,3 +444,34 @@ def test_guarded_srpf_random_workload_with_aborts_leaks_nothing(config_only_mode
     assert not engine.scheduler._deadlines
     assert engine.scheduler.waiting.work == 0
     _assert_nothing_left(engine, 300)
+
+
+@pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
+@pytest.mark.parametrize("threshold", [0, 96])
+def test_skipping_the_plan_when_vllm_order_serves_it_changes_no_decision(
+        config_only_model, cls, threshold):
+    """The plan is skipped on steps where vLLM's own loop gives each running prefill what
+    the plan would cap it to; the schedule must be the one the full plan gives, step by
+    step, and the skip must actually happen on this workload."""
+    skipped = []
+
+    def engine(skip: bool) -> OfflineEngine:
+        built = _engine(config_only_model, cls, AGING, max_num_seqs=8, num_blocks=4000,
+                        long_prefill_token_threshold=threshold)
+        check = built.scheduler._running_order_is_plan_order
+
+        def counted(prefills, views) -> bool:
+            verdict = check(prefills, views)
+            skipped.append(verdict)
+            return verdict and skip
+
+        built.scheduler._running_order_is_plan_order = counted
+        return built
+
+    schedules = []
+    for skip in (True, False):
+        planned = engine(skip)
+        _run_checked(planned, _random_workload(seed=11, count=60), max_num_seqs=8)
+        schedules.append([record.output.num_scheduled_tokens for record in planned.steps])
+    assert schedules[0] == schedules[1]
+    assert any(skipped) and not all(skipped)

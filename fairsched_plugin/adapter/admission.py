@@ -11,13 +11,15 @@ blocked", as that version has no such state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 from vllm.v1.request import Request, RequestStatus
 
 UNPAUSED, PAUSED_NEW, PAUSED_ALL = 0, 1, 2
 """vLLM's ``PauseState`` values (an ``IntEnum``; absent before pausing existed)."""
+
+_STREAMING = getattr(RequestStatus, "WAITING_FOR_STREAMING_REQ", None)
+"""The status of a streaming session waiting for input (absent before streaming input)."""
 
 
 def pause_state(scheduler: Any) -> int:
@@ -46,8 +48,7 @@ def is_blocked(scheduler: Any, request: Request) -> bool:
         grammar_request = request.structured_output_request
         grammar = grammar_request.grammar if grammar_request is not None else None
         return grammar is None or isinstance(grammar, Exception)
-    streaming = getattr(RequestStatus, "WAITING_FOR_STREAMING_REQ", None)
-    return streaming is not None and status == streaming
+    return _STREAMING is not None and status == _STREAMING
 
 
 def has_stale_output(request: Request) -> bool:
@@ -82,16 +83,13 @@ class LoraSlots:
         return True
 
 
-def admissible(scheduler: Any, requests: Iterable[Request],
-               loras: LoraSlots) -> Iterator[Request]:
-    """``requests`` (one queue, in its order) without those vLLM's loop skips; ``loras``
-    is the step's LoRA bookkeeping, shared by the queues of one step."""
-    for request in requests:
-        if is_blocked(scheduler, request) or has_stale_output(request):
-            continue
-        if not loras.admits(request):
-            continue
-        yield request
+def admissible(scheduler: Any, request: Request, loras: LoraSlots) -> bool:
+    """Whether vLLM's loop would try to admit ``request`` when it meets it; ``loras`` is
+    the step's LoRA bookkeeping, shared by the queues of one step. A predicate, not a
+    filtering generator: the plan asks it once per waiting request it looks at, every
+    step, and a generator layer costs as much as the checks."""
+    return (not is_blocked(scheduler, request) and not has_stale_output(request)
+            and loras.admits(request))
 
 
 def free_running_slots(scheduler: Any) -> int:

@@ -318,16 +318,19 @@ class LatencyChunkRule:
 
         The batch is predicted with the memory state the step was planned with, as LPRS
         predicted its candidates: the bias corrects those predictions. When the batch is
-        the one LPRS built and scored while planning (its feature row equal bit for bit),
-        that prediction is reused: an ONNX Runtime call after vLLM's own scheduling work
+        the one LPRS built and scored while planning (the same batch, so the same feature
+        row), that prediction is reused: an ONNX Runtime call after vLLM's own scheduling work
         runs cold, at about 40 us here, a large share of LPRS's cost per step."""
         assert self.predictor is not None and self._memory_state is not None
         try:
-            row = batch_row(batch, self._memory_state)
             scored = self._batch_row
-            if scored is not None and np.array_equal(row, scored[0].rows[scored[1]]):
+            if scored is not None and batch == self._batch:
+                # The scored row was built from this very batch (``_batch_row`` is reset
+                # whenever the batch grows past it): no feature row to build or compare.
+                row = scored[0].rows[scored[1]]
                 model_ms = float(scored[0].model_ms[scored[1]])
             else:
+                row = batch_row(batch, self._memory_state)
                 model_ms = float(self.predictor.predict(row[None, :])[0])
         except Exception:  # the trace field is informative only; the step already ran
             return {"lprs_model_ms": math.nan, "lprs_predicted_ms": math.nan,

@@ -15,7 +15,10 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
 4. the plan (``policies.plan_prefill_caps``) gives each running partial prefill the tokens
    the residual budget leaves it once the decodes and every better-ranked candidate,
    waiting requests included, have taken their share (the caps add up to the budget, so
-   the running order does not change who gets what);
+   the running order does not change who gets what). Without a chunk rule it is skipped
+   when vLLM's loop would give the same: the decodes come first in the running list, the
+   partial prefills follow in rank order, and the first admissible waiting request ranks
+   after them (the common light step, checked with one waiting view);
 5. vLLM's own ``schedule()`` runs; its per-request hook ``_reserve_prefill_lookahead``
    returns ``min(n, cap)`` for running partial prefills (0 skips one for this step), and
    the waiting queue, a heap on the same key, admits in policy order.
@@ -180,6 +183,8 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             self.waiting = self._make_queue()
             self.kv_holding_waiting = self._make_queue()
         self._prefill_caps: dict[str, int] | None = None
+        # vLLM's own hook, bound once: the cap hook runs for every scheduled request.
+        self._vllm_reserve = super()._reserve_prefill_lookahead
         self._ranked = config.service == "ranked"
         self._decodes_first = config.decodes_first
         self._hidden: list[Request] = []
@@ -275,7 +280,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         self, request: Request, num_computed_tokens: int, num_new_tokens: int
     ) -> int:
         caps = self._prefill_caps
-        if caps is not None:
+        if caps:
             # Called for every scheduled request, decodes included: the dict lookup comes
             # first. A cap applies to real prefill work only: never to a decode, nor to a
             # request vLLM padded beyond its work (a new decode padded to 1 + k for
@@ -286,7 +291,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
                     and has_prefill_work(request, num_computed_tokens)
                     and not request.has_encoder_inputs):
                 num_new_tokens = cap
-        return super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
+        return self._vllm_reserve(request, num_computed_tokens, num_new_tokens)
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         # Its blocks go back to the cache, mostly still holding its prefix: look again
@@ -483,8 +488,9 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
     def _plan_step(self, views: dict[str, RequestView],
                    throttle_prefills: bool = False) -> dict[str, int] | None:
         """Reorder ``self.running`` where asked and return the token caps of its partial
-        prefills; None when vLLM's own loop already serves the policy's order, or when
-        vLLM schedules no prefill this step (everything paused, prefills deferred).
+        prefills; None when vLLM's own loop already serves the policy's order, when
+        vLLM schedules no prefill this step (everything paused, prefills deferred), or
+        when no running prefill is there to cap and no chunk rule decides admissions.
 
         ``views`` holds the running requests' views when they were needed already; those
         of partial prefills are added here. Decodes are only counted, not viewed, unless
@@ -496,22 +502,34 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             return None
         if pause_state(self) == PAUSED_ALL or self._defers_prefills(throttle_prefills):
             return None
-        prefills = [r for r in self.running if r.is_prefill_chunk]
+        # One pass over the running list, which can hold hundreds of decodes.
+        prefills: list[Request] = []
+        decodes: list[Request] = []
+        decode_after_prefill = False
+        for request in self.running:
+            if request.is_prefill_chunk:
+                prefills.append(request)
+            else:
+                decodes.append(request)
+                if prefills:
+                    decode_after_prefill = True
         if policy.uses_deadlines:
             self._running_prefill_work = sum(prefill_work(r) for r in prefills)
             policy.observe_backlog(self._now, self._backlog())
         for request in prefills:
             if request.request_id not in views:
                 views[request.request_id] = self._view(request)
-        rank = step_rank(policy, self._now, self._by_priority)
-        prefills.sort(key=lambda request: rank(views[request.request_id]))
-        decodes = [r for r in self.running if not r.is_prefill_chunk]
         if reorder:
+            rank = step_rank(policy, self._now, self._by_priority)
+            prefills.sort(key=lambda request: rank(views[request.request_id]))
             if policy.orders_decodes:
                 decodes.sort(key=lambda request: rank(views[request.request_id]))
             self.running[:] = decodes + prefills
         if rule is None and not prefills:
-            return {}
+            return None
+        if (rule is None and not reorder and not decode_after_prefill
+                and self._running_order_is_plan_order(prefills, views)):
+            return None
         decode_tokens = self._decode_tokens(decodes)
         if rule is not None:
             rule.begin_step(decode_tokens, self.max_num_active_reqs,
@@ -536,6 +554,25 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
                 limits=limits,
                 by_priority=self._by_priority,
             )
+
+    def _running_order_is_plan_order(self, prefills: list[Request],
+                                     views: dict[str, RequestView]) -> bool:
+        """Whether vLLM's own loop already gives each running prefill what the plan
+        would cap it to, so the plan (and the decode count it needs) can be skipped.
+
+        Without a chunk rule the plan's cap of a running prefill is what is left of the
+        budget after the decodes and every better-ranked candidate. vLLM's running loop
+        gives the same when it meets the decodes first, then the prefills in rank order,
+        and no admissible waiting request ranks above the last of them (the plan
+        admits a waiting request first only when it ranks strictly better). This is the
+        common light step: one partial prefill behind the decodes, the queue's head
+        ranked after it; the check costs one waiting view instead of the whole plan."""
+        rank = step_rank(self.fairsched_policy, self._now, self._by_priority)
+        ranks = [rank(views[request.request_id]) for request in prefills]
+        if any(later < earlier for earlier, later in zip(ranks, ranks[1:])):
+            return False
+        head = self._first_waiting_view()
+        return head is None or rank(head) > ranks[-1]
 
     def _defers_prefills(self, throttle_prefills: bool) -> bool:
         """vLLM's data-parallel prefill balancing: on a throttled step that is not
@@ -565,12 +602,31 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         will meet them (``adapter.admission``; under ``fcfs`` the queues are vLLM's own,
         whose iteration is that order)."""
         loras = LoraSlots(self)
+        view = self._view
         for queue in admitting_queues(self):
+            if not queue:  # usually the KV-holding queue: no iterator to set up
+                continue
             if not isinstance(queue, (PolicyRequestQueue, PriorityLevelQueue)):
-                yield from map(self._view, admissible(self, queue, loras))
+                for request in queue:
+                    if admissible(self, request, loras):
+                        yield view(request)
                 continue
             with closing(queue.iter_in_order()) as requests:
-                yield from map(self._view, admissible(self, requests, loras))
+                for request in requests:
+                    if admissible(self, request, loras):
+                        yield view(request)
+
+    def _first_waiting_view(self) -> RequestView | None:
+        """What :meth:`_waiting_views` yields first: in the common case the head of the
+        first non-empty queue, read without setting up the ordered iteration."""
+        for queue in admitting_queues(self):
+            if queue:
+                head = queue.peek_request()
+                if admissible(self, head, LoraSlots(self)):
+                    return self._view(head)
+                break
+        with closing(self._waiting_views()) as waiting:
+            return next(waiting, None)
 
     def _decode_tokens(self, decodes: list[Request]) -> list[tuple[int, int]]:
         """``(context length, tokens)`` of each decode vLLM's running loop will serve (1
@@ -578,18 +634,19 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         step already reaches ``max_tokens`` (async scheduling) and one whose previous
         decode is still in the pipeline (pipeline parallelism)."""
         out = []
+        append = out.append
         step = self.current_step + 1  # schedule() counts the step before its loop
         for r in decodes:
             placeholders = r.num_output_placeholders
+            computed = r.num_computed_tokens
             if (
                 placeholders > 0
-                and r.num_computed_tokens + 2 - placeholders >= r.num_prompt_tokens + r.max_tokens
+                and computed + 2 - placeholders >= r.num_prompt_tokens + r.max_tokens
             ):
                 continue
             if step < getattr(r, "next_decode_eligible_step", 0):
                 continue
-            tokens = max(r.num_tokens_with_spec + placeholders - r.num_computed_tokens, 0)
-            out.append((r.num_computed_tokens, tokens))
+            append((computed, max(r.num_tokens_with_spec + placeholders - computed, 0)))
         return out
 
     def _make_chunk_rule(self, config: FairschedConfig) -> LatencyChunkRule | None:

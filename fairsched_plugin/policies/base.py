@@ -56,7 +56,10 @@ class RequestView:
 
     @property
     def remaining_prefill(self) -> int:
-        return max(self.num_tokens - self.prefill_start, 0)
+        # The two properties above, inlined: the plan and the chunk rule read this
+        # several times per candidate per step.
+        start = max(self.computed_tokens, self.cached_tokens)
+        return max(self.prompt_tokens + self.output_tokens - start, 0)
 
 
 SortKey = tuple[float, float, str]
