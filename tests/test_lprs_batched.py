@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from fairsched_plugin.adapter.chunking import LatencyChunkRule  # noqa: E402
+from fairsched_plugin.policies.plan import LatencyChunkRule  # noqa: E402
 from fairsched_plugin.config import APCConfig, LPRSConfig  # noqa: E402
 from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, RequestView, plan_prefill_caps  # noqa: E402
 from fairsched_plugin.policies.alignment import align_chunk  # noqa: E402

@@ -78,11 +78,10 @@ from ..policies import (
     plan_prefill_caps,
     ranked_service,
 )
-from ..policies.plan import ChunkLimits, step_rank
+from ..policies.plan import ChunkLimits, LatencyChunkRule, step_rank
 from .admission import LoraSlots, admissible, admitting_queues, free_running_slots, pause_state
 from .admission import PAUSED_ALL
 from .compat import check_scheduler_state, log_surface, wire
-from .chunking import LatencyChunkRule
 from .profiling import StepProfiler, kv_state_reader
 from .queue import PolicyRequestQueue, PriorityLevelQueue
 from .steps import StepMonitor

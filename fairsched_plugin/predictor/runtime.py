@@ -1,7 +1,7 @@
 """Serve a latency model with ONNX Runtime: one session, batched calls.
 
 Per step, LPRS scores its prefill candidates' chunk sizes in batched ``predict`` calls,
-usually one (two when the target binds anew; ``adapter/chunking.py``). The batch as
+usually one (two when the target binds anew; ``policies/plan.py``). The batch as
 dispatched, for the online bias and the guard, reuses the prediction of the row LPRS
 scored for it, and takes a single-row call of its own only when vLLM dispatched another.
 
@@ -126,7 +126,8 @@ def _broken_onnxruntime(exc: BaseException) -> PredictorError:
 
 
 class LatencyPredictor:
-    """A loaded, checked latency model. ``predict`` scores many feature rows in one call."""
+    """A loaded, checked latency model. ``predict`` scores many feature rows in one call;
+    LPRS sees it as a ``policies.plan.BatchLatencyModel``."""
 
     def __init__(self, session: ort.InferenceSession, path: Path, metadata: dict[str, Any]):
         self.path = path
@@ -227,6 +228,16 @@ class LatencyPredictor:
         # Plain Python: one row of 16 is faster compared this way than with numpy calls.
         return [name for value, (name, low, high) in zip(row.tolist(), self._ranges)
                 if not low <= value <= high]
+
+    def training_range(self, feature: str) -> tuple[float, float]:
+        """The lowest and highest value of ``feature`` in the model's training split
+        (for a message naming a clamped feature)."""
+        if self._ranges is None:
+            raise KeyError(f"latency model {self.path} records no training ranges")
+        for name, low, high in self._ranges:
+            if name == feature:
+                return low, high
+        raise KeyError(feature)
 
 
 def padded_batch(n: int) -> int:
