@@ -52,6 +52,19 @@ def test_policy_layer_does_not_import_vllm():
     assert result.returncode == 0, result.stderr
 
 
+def test_the_step_plan_imports_no_onnx_runtime():
+    """LPRS's chunk rule lives in the policy layer; the latency model reaches it only
+    through ``BatchLatencyModel``."""
+    code = (
+        "import sys, fairsched_plugin.policies.plan;"
+        "bad = sorted(m for m in ('vllm', 'onnxruntime', 'fairsched_plugin.predictor.runtime')"
+        " if m in sys.modules);"
+        "assert not bad, bad"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
 def test_request_view_remaining_prefill():
     assert view("a", 0.0, 100).remaining_prefill == 100
     assert view("a", 0.0, 100, computed=40).remaining_prefill == 60

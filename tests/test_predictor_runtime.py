@@ -203,6 +203,16 @@ def test_inputs_are_clamped_into_the_recorded_training_range(trained, tmp_path):
                                atol=1e-4)
 
 
+def test_training_range_names_what_a_clamped_feature_was_trained_on(trained, tmp_path):
+    _model, path, rows = trained
+    clamped = LatencyPredictor.load(_with_ranges(path, tmp_path / "ranged.onnx", rows))
+    used = FEATURE_NAMES.index("gpu_mem_used_mb")
+    low, high = clamped.training_range("gpu_mem_used_mb")
+    assert (low, high) == (float(rows[:, used].min()), float(rows[:, used].max()))
+    with pytest.raises(KeyError):
+        LatencyPredictor.load(path).training_range("gpu_mem_used_mb")  # none recorded
+
+
 @pytest.mark.parametrize("change", [
     lambda r: r.pop("bias"),
     lambda r: r.update(bias=[2.0, 1.0]),
