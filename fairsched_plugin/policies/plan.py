@@ -537,7 +537,7 @@ class LatencyChunkRule:
         return choice.chunk
 
     def _speculate(self, walk: CandidateWalk) -> _Speculation:
-        """List the upcoming candidates under the assumption the module docstring describes
+        """List the upcoming candidates under the assumptions the class docstring describes
         and score all of them in one predictor call."""
         assert self.params is not None and self.predictor is not None
         granularity = self.params.granularity
