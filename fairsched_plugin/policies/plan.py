@@ -2,10 +2,11 @@
 Eq. 12-14).
 
 The adapter gathers what vLLM knows (the running partial prefills' and the admissible
-waiting requests' views, the decodes, free slots, KV room) and calls
-:func:`plan_prefill_caps`; what comes back is one token cap per request, which the
-adapter's per-request hook applies inside vLLM's own loop. In between, for every prefill
-candidate:
+waiting requests' views, the decodes, free slots, KV room), starts the chunk rule's step
+with the decodes (:meth:`LatencyChunkRule.begin_step`, which also sets APC's cap, Eq. 12)
+and calls :func:`plan_prefill_caps`; what comes back is one token cap per request, which
+the adapter's per-request hook applies inside vLLM's own loop. In between, for every
+prefill candidate:
 
 1. **Order.** Running partial prefills and waiting requests are merged in the policy's
    order at ``now`` (:func:`step_rank`; the keys, e.g. Aging's, are in ``aging.py`` and
