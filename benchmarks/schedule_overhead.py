@@ -48,13 +48,15 @@ SIZES = (100, 1_000, 10_000)
 ARMS = {
     "stock": (AsyncScheduler, {}),
     "fcfs": (FairScheduler, {"policy": "fcfs"}),
-    # The default; it also times every step (StepMonitor) to measure the prefill rate.
-    "guarded": (FairScheduler, {"policy": "guarded-srpf"}),
+    # The default: the guard counts every step's prefill work (StepMonitor), and the
+    # automatic alpha times every step.
+    "default": (FairScheduler, {"policy": "guarded-aging"}),
+    "guarded-srpf": (FairScheduler, {"policy": "guarded-srpf"}),
     "aging": (FairScheduler, {"policy": "aging", "aging": {"alpha": 37.5}}),
     # The automatic alpha also times every step to measure prefill speed.
     "auto": (FairScheduler, {"policy": "aging", "aging": {"alpha": "auto"}}),
     # The default with the JSON Lines trace (its path is set in main()).
-    "traced": (FairScheduler, {"policy": "guarded-srpf"}),
+    "traced": (FairScheduler, {"policy": "guarded-aging"}),
 }
 
 
@@ -130,8 +132,8 @@ def main() -> None:
     timed = "one engine step" if args.full_step else "schedule() per call"
     print(f"{timed}, medians over {args.steps} interleaved steps "
           "(budget 512 tokens, max_num_seqs 256); x = ratio to stock; "
-          "guarded = the default (guarded-srpf), aging = alpha 37.5, auto = alpha auto, "
-          "traced = guarded writing the per-step trace")
+          "default = guarded-aging, aging = alpha 37.5, auto = alpha auto, "
+          "traced = the default writing the per-step trace")
     print(f"{'workload':>8} {'waiting':>7} {'stock us':>9} "
           + " ".join(f"{name + ' x':>9}" for name in arms)
           + f" {'reqs/step':>9} " + " ".join(f"{name + ' per req':>15}" for name in arms))
