@@ -60,7 +60,8 @@ def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path
     # sync variant; on a GPU the same name stays async.
     assert re.search(
         r"fairsched: scheduler Fair(Sync)?Scheduler active with policy "
-        r"guarded-aging\(aging\(alpha uncalibrated: arrival order, beta=-1\); "
+        r"guarded-aging\(aging\(alpha=auto: 0.25 x measured prefill tokens/s, arrival order "
+        r"until measured, beta=-1\); "
         r"overdue after slack=1.5 x the FCFS backlog\)",
         log,
     )

@@ -676,11 +676,6 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
 
         mode_is_async = isinstance(self, AsyncScheduler)
         policy = self.fairsched_policy.describe()
-        if self._auto_alpha is not None:
-            policy = (
-                f"aging(alpha=auto: {self._auto_alpha.factor:g} x measured prefill tokens/s, "
-                f"arrival order until measured, beta={self.fairsched_config.aging.beta:g})"
-            )
         if self._ranked:
             policy += f", ranked service (max_batch_size={self.fairsched_config.max_batch_size})"
         logger.info(

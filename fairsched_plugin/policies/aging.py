@@ -70,5 +70,8 @@ class AgingPolicy(OrderingPolicy):
 
     def describe(self) -> str:
         if self.alpha is None:
+            if self.auto_factor is not None:
+                return (f"aging(alpha=auto: {self.auto_factor:g} x measured prefill tokens/s, "
+                        f"arrival order until measured, beta={self.beta:g})")
             return f"aging(alpha uncalibrated: arrival order, beta={self.beta:g})"
         return f"aging(alpha={self.alpha:g}, beta={self.beta:g})"
