@@ -21,14 +21,12 @@ with the target box.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fairsched_plugin.bench.report import PAIRED_COLUMNS, paired_ratios
+from fairsched_plugin.bench.report import PAIRED_COLUMNS, paired_ratios, read_report
 
 BASELINE = "stock"
 TARGETS: dict[str, dict[str, tuple[str, float]]] = {
@@ -154,9 +152,7 @@ def main() -> None:
                         help="report.json (or .json.gz) of a run with a stock arm")
     parser.add_argument("--plot", type=Path, help="write the frontier plot here (PNG)")
     args = parser.parse_args()
-    opener = gzip.open if args.report.suffix == ".gz" else open
-    with opener(args.report, "rt") as file:
-        report = json.load(file)
+    report = read_report(args.report)
     print(render(report))
     if args.plot:
         plot(report, args.plot)

@@ -19,15 +19,15 @@ real run's ``stock`` arm has no row.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fairsched_plugin.bench.report import read_report
+from fairsched_plugin.bench.runner import slug
 from fit_trace_step_model import fit
 
 
@@ -45,16 +45,6 @@ class QueuedSteps:
     residual_ms: float
 
 
-def load_report(path: Path) -> dict[str, Any]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as file:
-        return json.load(file)
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
-
-
 def trace_of(report_dir: Path, arm: str, repeat: int, run: dict[str, Any],
              single: bool) -> tuple[Path, tuple[float, float] | None]:
     """The run's trace file, and the window of its steps in it (None: the whole file).
@@ -63,9 +53,9 @@ def trace_of(report_dir: Path, arm: str, repeat: int, run: dict[str, Any],
     keeps it (``runs/ARM/rN[/CASE]``), one trace per case."""
     meta = run["meta"]
     if "dir" not in meta:
-        run_dir = report_dir / "runs" / _slug(arm) / f"r{repeat}"
+        run_dir = report_dir / "runs" / slug(arm) / f"r{repeat}"
         if not single:
-            run_dir = run_dir / _slug(run["category"])
+            run_dir = run_dir / slug(run["category"])
         return run_dir / "trace.jsonl", None
     run_dir = Path(meta["dir"])
     trace = run_dir / "trace.jsonl"
@@ -86,7 +76,7 @@ def read_steps(path: Path, window: tuple[float, float] | None) -> list[dict[str,
 
 def queued_steps(report_path: Path, case: str | None) -> list[QueuedSteps]:
     """Per arm and repeat of ``case`` (None: the report's only case) that has a trace."""
-    report = load_report(report_path)
+    report = read_report(report_path)
     categories = {run["category"] for arm in report["arms"].values() for run in arm["repeats"]}
     single = len(categories) == 1
     if case is None and not single:

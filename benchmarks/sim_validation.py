@@ -12,22 +12,16 @@ runs' own spread ((max - min) / mean); then whether the arms rank the same per m
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 from pathlib import Path
 from typing import Any
+
+from fairsched_plugin.bench.report import read_report
 
 METRICS = (("TTFT P50 (ms)", ("latency", "ttft_s", "p50"), 1e3),
            ("TTFT P99 (ms)", ("latency", "ttft_s", "p99"), 1e3),
            ("E2E mean (ms)", ("latency", "e2e_s", "mean"), 1e3),
            ("Output tok/s", ("throughput", "output_tokens_per_s"), 1.0))
 LOWER_IS_BETTER = {"Output tok/s": False}
-
-
-def load(path: Path) -> dict[str, Any]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as file:
-        return json.load(file)
 
 
 def leaf(node: dict[str, Any], path: tuple[str, ...]) -> dict[str, float]:
@@ -119,7 +113,7 @@ def main() -> None:
     parser.add_argument("--real", type=Path, default=Path("docs/main/report.json.gz"))
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
-    text = compare(load(args.sim), load(args.real))
+    text = compare(read_report(args.sim), read_report(args.real))
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")

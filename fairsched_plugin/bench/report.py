@@ -12,6 +12,7 @@ Plots are drawn on plain ``Figure`` objects with the Agg canvas: no display, no 
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -873,3 +874,12 @@ def write_report(
         render_markdown(analysis, baseline=baseline, config=config, figures=figures)
     )
     return markdown
+
+
+def read_report(path: str | Path) -> dict[str, Any]:
+    """A report.json that :func:`write_report` wrote, or its gzipped copy (``.json.gz``, as
+    the docs commit them)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as file:
+        return json.load(file)

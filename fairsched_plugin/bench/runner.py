@@ -209,7 +209,7 @@ def run_arm(
     with running_server(model, run_dir / "server.log", args, env=env) as server:
         warm_up(server.base_url, server.model, next(iter(cases.values())))
         for name, case in cases.items():
-            case_dir = run_dir if single else run_dir / _slug(name)
+            case_dir = run_dir if single else run_dir / slug(name)
             case_dir.mkdir(parents=True, exist_ok=True)
             reset_prefix_cache(server.base_url)
             mark = trace_path.stat().st_size if trace_path.exists() else 0
@@ -244,7 +244,7 @@ def run_matrix(
         order = arms if r % 2 == 0 else list(reversed(arms))
         for arm in order:
             print(f"[repeat {r + 1}/{repeat}] arm {arm.name}", flush=True)
-            run_dir = out_dir / "runs" / _slug(arm.name) / f"r{r + 1}"
+            run_dir = out_dir / "runs" / slug(arm.name) / f"r{r + 1}"
             runs[arm.name].extend(
                 run_arm(arm, model, cases, run_dir, engine, timeout_s, vllm_bench))
     return runs
@@ -259,9 +259,9 @@ def run_external(
     single = len(cases) == 1
     for r in range(repeat):
         for name, case in cases.items():
-            run_dir = out_dir / "runs" / _slug(label) / f"r{r + 1}"
+            run_dir = out_dir / "runs" / slug(label) / f"r{r + 1}"
             if not single:
-                run_dir = run_dir / _slug(name)
+                run_dir = run_dir / slug(name)
             run_dir.mkdir(parents=True, exist_ok=True)
             result = replay(base_url, model, case, timeout_s=timeout_s)
             runs.append(save_run(run_dir, result, [], fetch_metrics(base_url),
@@ -269,5 +269,7 @@ def run_external(
     return {label: runs}
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
+    """An arm's or case's name as a directory name: runs are kept under
+    ``runs/ARM/rN[/CASE]``, by the benchmark and the simulator alike."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)

@@ -7,22 +7,18 @@ spread is the workload's sampling noise, not the engine's.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..bench.arms import Arm
+from ..bench.runner import slug
 from ..bench.workloads import WorkloadRequest
 from .engine import SimRun, Timing, simulate
 from .scheduler_factory import SimSettings
 from .step_models import StepModel
 
 Cases = Mapping[str, Sequence[WorkloadRequest]]
-
-
-def slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
 def run_matrix(
