@@ -6,7 +6,8 @@ engine, a 512-token budget, and ``N`` prompts kept in prefill (one that finishes
 replaced), so every step has ``N`` prefill candidates. Each scenario runs two arms of the
 same Aging scheduler, ``off`` (LPRS and APC off: the token-budget rule) and ``on`` (LPRS
 and APC on, with the online bias as by default, so each step also predicts the dispatched
-batch), their steps interleaved so that machine noise hits both alike, in one run.
+batch), their steps interleaved, each first in turn, so that machine noise and the position
+in the round hit both alike, in one run.
 
 The latency model is an MLP of the trained model's shape (16-128-64-32-1, ONNX Runtime on
 one thread) with positive weights: ONNX Runtime's cost does not depend on the weights, and
@@ -170,8 +171,10 @@ def main() -> None:
                 arm.step()
         for arm in arms:
             arm.reset()
-        for _ in range(args.steps):
-            for arm in arms:
+        for step in range(args.steps):
+            # The arm stepped first in a round runs measurably slower (a few percent,
+            # the same arm against itself), so the two take turns.
+            for arm in (arms if step % 2 == 0 else arms[::-1]):
                 arm.step()
         base, lprs = arms
         us_off, us_on = base.median_us(cpu=True), lprs.median_us(cpu=True)

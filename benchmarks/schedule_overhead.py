@@ -2,8 +2,9 @@
 
 Every arm runs the same fake-output workload (the real vLLM scheduler, KV-cache manager and
 ``update_from_output``; no model) with 100, 1,000 and 10,000 requests waiting. Steps of the
-arms are interleaved so machine noise hits them alike; figures are ratios of medians
-measured in this one run. Target: at most 1.05x stock at 1,000 and 10,000 waiting.
+arms are interleaved, in an order that rotates every round, so machine noise and the
+position in the round hit them alike; figures are ratios of medians measured in this one
+run. Target: at most 1.05x stock at 1,000 and 10,000 waiting.
 
 Three workloads, because a policy changes what the scheduler has to do:
 
@@ -20,7 +21,7 @@ With ``--full-step`` the time is the whole engine step of the fake engine, ``sch
 plus ``update_from_output`` for the outputs it waits on, which is where the per-step trace
 is written (the ``traced`` arm: the default with the trace ``fairsched bench`` writes).
 
-    .venv/bin/python benchmarks/schedule_overhead.py [--steps 400] [--full-step]
+    .venv/bin/python benchmarks/schedule_overhead.py [--steps 400] [--instances 3] [--full-step]
 """
 
 from __future__ import annotations
@@ -100,28 +101,47 @@ def _timed_step(engine: OfflineEngine, full_step: bool) -> tuple[int, int]:
 
 
 def measure(model_dir: Path, waiting: int, steps: int, workload: str,
-            full_step: bool) -> dict[str, dict]:
-    arms = {
-        name: _engine(cls, model_dir, config, waiting, workload)
+            full_step: bool, instances: int) -> dict[str, dict]:
+    """Per arm: the median over its ``instances`` engines of each engine's median step
+    time (and time per request scheduled), and the range over the engines."""
+    engines = [
+        (name, _engine(cls, model_dir, config, waiting, workload))
+        for _ in range(instances)
         for name, (cls, config) in ARMS.items()
-    }
-    samples: dict[str, list[tuple[int, int]]] = {name: [] for name in arms}
-    for _ in range(steps):
-        for name, engine in arms.items():
-            samples[name].append(_timed_step(engine, full_step))
+    ]
+    samples: list[list[tuple[int, int]]] = [[] for _ in engines]
+    order = list(range(len(engines)))
+    for step in range(steps):
+        # The engine stepped first in a round runs measurably slower (about 5% here, the
+        # same arm against itself), so the order rotates every round.
+        shift = step % len(order)
+        for i in order[shift:] + order[:shift]:
+            samples[i].append(_timed_step(engines[i][1], full_step))
+    per_engine: dict[str, list[tuple[float, float, float]]] = {name: [] for name in ARMS}
+    for (name, _engine_), values in zip(engines, samples):
+        per_engine[name].append((
+            statistics.median(ns for ns, _n in values) / 1e3,
+            statistics.median(ns / max(n, 1) for ns, n in values) / 1e3,
+            statistics.fmean(n for _ns, n in values),
+        ))
     return {
         name: {
-            "step_us": statistics.median(ns for ns, _n in values) / 1e3,
-            "per_request_us": statistics.median(ns / max(n, 1) for ns, n in values) / 1e3,
-            "scheduled": statistics.fmean(n for _ns, n in values),
+            "step_us": statistics.median(step for step, _r, _n in rows),
+            "step_us_range": (min(step for step, _r, _n in rows),
+                              max(step for step, _r, _n in rows)),
+            "per_request_us": statistics.median(req for _s, req, _n in rows),
+            "scheduled": statistics.fmean(n for _s, _r, n in rows),
         }
-        for name, values in samples.items()
+        for name, rows in per_engine.items()
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--instances", type=int, default=3,
+                        help="engines per arm (the same arm's engines differ by a few "
+                             "percent: layout, not decisions)")
     parser.add_argument("--full-step", action="store_true",
                         help="time schedule() plus update_from_output, not schedule() alone")
     args = parser.parse_args()
@@ -130,26 +150,32 @@ def main() -> None:
     ARMS["traced"][1]["trace_path"] = str(scratch / "trace.jsonl")
     arms = [name for name in ARMS if name != "stock"]
     timed = "one engine step" if args.full_step else "schedule() per call"
-    print(f"{timed}, medians over {args.steps} interleaved steps "
-          "(budget 512 tokens, max_num_seqs 256); x = ratio to stock; "
-          "default = guarded-aging, aging = alpha 37.5, auto = alpha auto, "
-          "traced = the default writing the per-step trace")
-    print(f"{'workload':>8} {'waiting':>7} {'stock us':>9} "
-          + " ".join(f"{name + ' x':>9}" for name in arms)
+    print(f"{timed}, medians over {args.steps} interleaved steps of {args.instances} engines "
+          "per arm (budget 512 tokens, max_num_seqs 256); x = ratio of the arm's median "
+          "engine to stock's, (range over its engines); default = guarded-aging, "
+          "aging = alpha 37.5, auto = alpha auto, traced = the default writing the per-step "
+          "trace")
+    print(f"{'workload':>8} {'waiting':>7} {'stock us':>9} {'stock range':>11} "
+          + " ".join(f"{name + ' x':>17}" for name in arms)
           + f" {'reqs/step':>9} " + " ".join(f"{name + ' per req':>15}" for name in arms))
     for workload in ("uniform", "decodes", "mixed"):
         for waiting in SIZES:
-            m = measure(model_dir, waiting, args.steps, workload, args.full_step)
-            stock = m["stock"]
+            m = measure(model_dir, waiting, args.steps, workload, args.full_step,
+                        args.instances)
+            stock = m["stock"]["step_us"]
+
+            def ratios(name: str) -> str:
+                low, high = m[name]["step_us_range"]
+                return f"{m[name]['step_us'] / stock:.2f} ({low / stock:.2f}-{high / stock:.2f})"
+
             print(
-                f"{workload:>8} {waiting:>7} {stock['step_us']:>9.1f} "
-                + " ".join(f"{m[name]['step_us'] / stock['step_us']:>9.2f}" for name in arms)
-                + f" {stock['scheduled']:>9.0f} "
-                + " ".join(f"{m[name]['per_request_us'] / stock['per_request_us']:>15.2f}"
+                f"{workload:>8} {waiting:>7} {stock:>9.1f} {ratios('stock')[5:]:>11} "
+                + " ".join(f"{ratios(name):>17}" for name in arms)
+                + f" {m['stock']['scheduled']:>9.0f} "
+                + " ".join(f"{m[name]['per_request_us'] / m['stock']['per_request_us']:>15.2f}"
                            for name in arms),
                 flush=True,
             )
-
 
 if __name__ == "__main__":
     main()
