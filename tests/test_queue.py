@@ -293,6 +293,30 @@ def test_deadline_lane_serves_overdue_requests_first_in_deadline_order(five):
     assert queue.work == 0 and not queue
 
 
+def test_peek_keyed_gives_the_queued_key_or_none_from_the_overdue_lane(five):
+    deadlines = {"a": 4.0, "b": 50.0, "c": 3.0, "d": 60.0, "e": 70.0}
+    clock = _Clock(2.0)
+    queue = deadline_queue(deadlines, clock)
+    for request in five.values():
+        queue.add_request(request)
+    head, key = queue.peek_keyed()
+    assert head.request_id == "d" and key == (2, 1.0, "d")
+    clock.now = 5.0  # c and a are overdue: the lane's head has no key that decides
+    head, key = queue.peek_keyed()
+    assert head.request_id == "c" and key is None
+    queue.remove_requests([five["c"], five["a"]])
+    assert queue.peek_keyed() == (five["d"], (2, 1.0, "d"))
+
+
+def test_rank_of_key_is_the_rank_of_a_request_that_is_not_overdue():
+    from fairsched_plugin.policies import GuardedAging
+
+    for policy in (AGING, GuardedAging(slack=1.25, window_s=0.0, auto_factor=0.25)):
+        view = request_view(req("x", 30, 2.0))
+        view.deadline = 1e9
+        assert policy.rank_of_key(policy.key(view)) == policy.ranker(0.0)(view)
+
+
 def test_iter_in_order_puts_everything_back_and_yields_each_request_once(five):
     deadlines = {"a": 4.0, "b": 1.0, "c": 3.0, "d": 60.0, "e": 70.0}
     queue = deadline_queue(deadlines, _Clock(10.0))

@@ -24,6 +24,7 @@ BUDGET = 256
 # the engine, which these scenarios are too short for.
 AGING = {"fairsched": {"policy": "aging", "aging": {"alpha": 37.5}}}
 FCFS = {"fairsched": {"policy": "fcfs"}}
+GUARDED_SRPF = {"fairsched": {"policy": "guarded-srpf", "guarded_srpf": {"slack": 1.0}}}
 AGING_DECODES_FIRST = {"fairsched": {**AGING["fairsched"], "decodes_first": True}}
 
 
@@ -39,7 +40,7 @@ def _assert_nothing_left(engine: OfflineEngine, num_blocks: int) -> None:
     assert not scheduler.running
     for queue in (scheduler.waiting, scheduler.kv_holding_waiting):
         assert len(queue) == 0
-        assert all(entry[2] is None for entry in getattr(queue, "_heap", ()))
+        assert all(entry[-1] is None for entry in getattr(queue, "_heap", ()))
     # Block 0 is vLLM's null block; everything else must be free again.
     assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == num_blocks - 1
 
@@ -330,8 +331,8 @@ def test_automatic_alpha_calibrates_and_rekeys_the_waiting_heap(config_only_mode
     assert policy.alpha is not None
     assert policy.alpha == pytest.approx(0.5 * scheduler._auto_alpha.estimator.rate, rel=0.2)
     # Every waiting request sits under the key the current alpha gives it.
-    for entry, _timed, _work in scheduler.waiting._entries.values():
-        assert entry[0] == policy.key(request_view(entry[2]))
+    for request, (entry, _timed, _work) in scheduler.waiting._entries.items():
+        assert tuple(entry[:-2]) == policy.key(request_view(request))
     popped = [scheduler.waiting.pop_request() for _ in range(len(scheduler.waiting))]
     keys = [policy.key(request_view(r)) for r in popped]
     assert keys == sorted(keys)
@@ -448,15 +449,18 @@ def test_guarded_srpf_random_workload_with_aborts_leaks_nothing(config_only_mode
 
 @pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
 @pytest.mark.parametrize("threshold", [0, 96])
+@pytest.mark.parametrize("config", [AGING, GUARDED_SRPF], ids=["aging", "guarded-srpf"])
 def test_skipping_the_plan_when_vllm_order_serves_it_changes_no_decision(
-        config_only_model, cls, threshold):
+        config_only_model, cls, threshold, config):
     """The plan is skipped on steps where vLLM's own loop gives each running prefill what
     the plan would cap it to; the schedule must be the one the full plan gives, step by
-    step, and the skip must actually happen on this workload."""
+    step, and the skip must actually happen on this workload. With deadlines (the guard,
+    without the automatic alpha so that both runs decide alike) the queue's head is
+    compared by its queued key or its deadline."""
     skipped = []
 
     def engine(skip: bool) -> OfflineEngine:
-        built = _engine(config_only_model, cls, AGING, max_num_seqs=8, num_blocks=4000,
+        built = _engine(config_only_model, cls, config, max_num_seqs=8, num_blocks=4000,
                         long_prefill_token_threshold=threshold)
         check = built.scheduler._running_order_is_plan_order
 

@@ -73,6 +73,7 @@ from ..policies import (
     AgingPolicy,
     AutoAlpha,
     PrefillRateEstimator,
+    Rank,
     RequestView,
     make_policy,
     plan_prefill_caps,
@@ -106,17 +107,11 @@ def request_view(request: Request, deadline: float = math.inf,
     computed = request.num_computed_tokens
     if request.status != RequestStatus.RUNNING:
         computed = min(computed, max(request.num_tokens - 1, 0))
-    return RequestView(
-        request_id=request.request_id,
-        arrival_time=request.arrival_time,
-        prompt_tokens=request.num_prompt_tokens,
-        computed_tokens=computed,
-        output_tokens=request.num_output_tokens,
-        max_tokens=request.max_tokens,
-        vllm_priority=request.priority,
-        deadline=deadline,
-        cached_tokens=cached_tokens,
-    )
+    # Positional: a third of the keyword call's cost, for a view built per candidate
+    # per step (the fields in RequestView's order).
+    return RequestView(request.request_id, request.arrival_time, request.num_prompt_tokens,
+                       computed, request.num_output_tokens, request.max_tokens,
+                       request.priority, deadline, cached_tokens)
 
 
 def prefill_work(request: Request) -> int:
@@ -313,10 +308,10 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         super()._update_after_schedule(scheduler_output)
         if record is None:
             return
-        prefill_ids, finished, admitted, extra = record
+        chunks, finished, admitted, extra = record
         try:
             self._steps.on_dispatch(
-                scheduler_output, prefill_ids, finished, admitted,
+                scheduler_output, chunks, finished, admitted,
                 num_running=len(self.running) + len(self._hidden),
                 num_waiting=len(self.waiting) + len(self.kv_holding_waiting),
                 extra=extra,
@@ -326,31 +321,35 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
 
     def _step_record(
         self, scheduler_output: SchedulerOutput
-    ) -> tuple[set[str], list[str], list[str], dict[str, Any]]:
+    ) -> tuple[list[int], list[str], list[str], dict[str, Any] | None]:
         """What the step trace needs from before vLLM advances ``num_computed_tokens``:
-        which requests were prefilling, which of them this step finishes, who was
+        the tokens of each prefill, which requests this step finishes prefilling, who was
         admitted, and the extra fields (profile features, chunk-rule records)."""
-        prefill_ids: set[str] = set()
+        chunks: list[int] = []
         finished: list[str] = []
         lprs_on = self._chunk_rule is not None and self._chunk_rule.params is not None
         batch = BatchStats() if self._profiler is not None or lprs_on else None
+        requests = self.requests
         for req_id, n in scheduler_output.num_scheduled_tokens.items():
-            request = self.requests[req_id]
+            request = requests[req_id]
             computed = request.num_computed_tokens
             if has_prefill_work(request, computed):
-                prefill_ids.add(req_id)
+                chunks.append(n)
                 if computed + n >= request.num_tokens:
                     finished.append(req_id)
                 if batch is not None:
                     batch.add_prefill(n, computed)
             elif batch is not None:
                 batch.add_decode(computed, n)
-        extra = self._profiler.features(batch) if self._profiler is not None else {}
+        extra = None
+        if self._profiler is not None:
+            extra = self._profiler.features(batch)
         if self._chunk_rule is not None:
+            extra = extra or {}
             extra.update(self._chunk_rule.step_record())
             if batch is not None and lprs_on:
                 extra.update(self._chunk_rule.dispatched(batch))
-        return (prefill_ids, finished,
+        return (chunks, finished,
                 [new.req_id for new in scheduler_output.scheduled_new_reqs], extra)
 
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any):
@@ -501,24 +500,24 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             return None
         if pause_state(self) == PAUSED_ALL or self._defers_prefills(throttle_prefills):
             return None
-        # One pass over the running list, which can hold hundreds of decodes.
+        # One pass over the running list, which can hold hundreds of decodes; they are
+        # listed only when the order or the plan needs them.
         prefills: list[Request] = []
-        decodes: list[Request] = []
         decode_after_prefill = False
         for request in self.running:
             if request.is_prefill_chunk:
                 prefills.append(request)
-            else:
-                decodes.append(request)
-                if prefills:
-                    decode_after_prefill = True
+            elif prefills:
+                decode_after_prefill = True
         if policy.uses_deadlines:
             self._running_prefill_work = sum(prefill_work(r) for r in prefills)
             policy.observe_backlog(self._now, self._backlog())
         for request in prefills:
             if request.request_id not in views:
                 views[request.request_id] = self._view(request)
+        decodes = None
         if reorder:
+            decodes = [request for request in self.running if not request.is_prefill_chunk]
             rank = step_rank(policy, self._now, self._by_priority)
             prefills.sort(key=lambda request: rank(views[request.request_id]))
             if policy.orders_decodes:
@@ -529,6 +528,8 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         if (rule is None and not reorder and not decode_after_prefill
                 and self._running_order_is_plan_order(prefills, views)):
             return None
+        if decodes is None:
+            decodes = [request for request in self.running if not request.is_prefill_chunk]
         decode_tokens = self._decode_tokens(decodes)
         if rule is not None:
             rule.begin_step(decode_tokens, self.max_num_active_reqs,
@@ -567,11 +568,13 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         common light step: one partial prefill behind the decodes, the queue's head
         ranked after it; the check costs one waiting view instead of the whole plan."""
         rank = step_rank(self.fairsched_policy, self._now, self._by_priority)
-        ranks = [rank(views[request.request_id]) for request in prefills]
-        if any(later < earlier for earlier, later in zip(ranks, ranks[1:])):
-            return False
-        head = self._first_waiting_view()
-        return head is None or rank(head) > ranks[-1]
+        last = rank(views[prefills[-1].request_id])
+        if len(prefills) > 1:
+            ranks = [rank(views[request.request_id]) for request in prefills]
+            if any(later < earlier for earlier, later in zip(ranks, ranks[1:])):
+                return False
+        head = self._first_waiting_rank(rank)
+        return head is None or head > last
 
     def _defers_prefills(self, throttle_prefills: bool) -> bool:
         """vLLM's data-parallel prefill balancing: on a throttled step that is not
@@ -615,17 +618,25 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
                     if admissible(self, request, loras):
                         yield view(request)
 
-    def _first_waiting_view(self) -> RequestView | None:
-        """What :meth:`_waiting_views` yields first: in the common case the head of the
-        first non-empty queue, read without setting up the ordered iteration."""
+    def _first_waiting_rank(self, rank: Callable[[RequestView], Rank]) -> Rank | None:
+        """The rank of what :meth:`_waiting_views` yields first. In the common case, an
+        admissible head of the first non-empty queue, it is read without setting up the
+        ordered iteration, and from the key it is queued under when it is not overdue
+        (no view to build: the key is the one the queue will serve it by)."""
         for queue in admitting_queues(self):
             if queue:
-                head = queue.peek_request()
+                if isinstance(queue, PolicyRequestQueue):
+                    head, key = queue.peek_keyed()
+                else:
+                    head, key = queue.peek_request(), None
                 if admissible(self, head, LoraSlots(self)):
-                    return self._view(head)
+                    if key is not None:
+                        return self.fairsched_policy.rank_of_key(key)
+                    return rank(self._view(head))
                 break
         with closing(self._waiting_views()) as waiting:
-            return next(waiting, None)
+            head = next(waiting, None)
+        return None if head is None else rank(head)
 
     def _decode_tokens(self, decodes: list[Request]) -> list[tuple[int, int]]:
         """``(context length, tokens)`` of each decode vLLM's running loop will serve (1

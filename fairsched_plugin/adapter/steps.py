@@ -50,46 +50,52 @@ class StepMonitor:
     def on_dispatch(
         self,
         output: SchedulerOutput,
-        prefill_ids: set[str],
+        prefill_chunks: list[int],
         finished_prefill_ids: list[str],
         admitted_ids: list[str],
         num_running: int,
         num_waiting: int,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        """Called at the end of ``schedule()``: ``prefill_ids`` were prefills this step,
-        ``finished_prefill_ids`` complete their prompt in it, ``admitted_ids`` left the
-        waiting queue for it; ``extra`` fields go into the record as they are."""
+        """Called at the end of ``schedule()``: ``prefill_chunks`` are the tokens of each
+        prefill this step, ``finished_prefill_ids`` complete their prompt in it,
+        ``admitted_ids`` left the waiting queue for it; ``extra`` fields go into the
+        record as they are. What is known now is kept as it is and becomes a record in
+        :meth:`on_output`: ``schedule()`` is on the path to the next batch, and only
+        complete records are read."""
         if output.total_num_scheduled_tokens == 0:
             return
-        scheduled = output.num_scheduled_tokens
-        chunks = [scheduled[req_id] for req_id in prefill_ids]
-        decode_tokens = output.total_num_scheduled_tokens - sum(chunks)
         self._step += 1
-        self._pending[id(output)] = {
-            "step": self._step,
-            "t": self._wall(),
-            "t_dispatch_mono": self._mono(),
-            "num_decodes": len(scheduled) - len(chunks),
-            "decode_tokens": decode_tokens,
-            "num_prefills": len(chunks),
-            "prefill_tokens": sum(chunks),
-            "prefill_chunks": chunks,
-            "prefill_done": finished_prefill_ids,
-            "admitted": admitted_ids,
-            "num_running": num_running,
-            "num_waiting": num_waiting,
-            **(extra or {}),
-        }
+        self._pending[id(output)] = (
+            self._step, self._wall(), self._mono(), len(output.num_scheduled_tokens),
+            output.total_num_scheduled_tokens, prefill_chunks, finished_prefill_ids,
+            admitted_ids, num_running, num_waiting, extra,
+        )
 
     def on_output(self, output: SchedulerOutput) -> None:
         """Called on entry to ``update_from_output`` for the same output object."""
         now = self._mono()
-        record = self._pending.pop(id(output), None)
-        if record is not None:
-            started = max(record.pop("t_dispatch_mono"), self._last_update)
-            record["step_time_s"] = now - started
-            record["t_done"] = self._wall()
+        pending = self._pending.pop(id(output), None)
+        if pending is not None:
+            (step, t, dispatched, num_scheduled, total_tokens, chunks, finished, admitted,
+             num_running, num_waiting, extra) = pending
+            prefill_tokens = sum(chunks)
+            record = {
+                "step": step,
+                "t": t,
+                "num_decodes": num_scheduled - len(chunks),
+                "decode_tokens": total_tokens - prefill_tokens,
+                "num_prefills": len(chunks),
+                "prefill_tokens": prefill_tokens,
+                "prefill_chunks": chunks,
+                "prefill_done": finished,
+                "admitted": admitted,
+                "num_running": num_running,
+                "num_waiting": num_waiting,
+                **(extra or {}),
+                "step_time_s": now - max(dispatched, self._last_update),
+                "t_done": self._wall(),
+            }
             for listener in self._listeners:
                 listener(record)
             if self._file is not None:

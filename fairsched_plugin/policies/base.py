@@ -66,6 +66,9 @@ SortKey = tuple[float, float, str]
 """A total order: policy value, then arrival time, then request id (smaller first)."""
 
 Rank = tuple
+
+_OVERDUE, _ON_TIME = 0, 1
+"""The two lanes of a deadline policy's rank, overdue first."""
 """What the plan sorts by at one instant: a :data:`SortKey`, or for a policy with
 deadlines ``(lane, ...)`` with overdue requests in lane 0 (see ``OrderingPolicy.ranker``)."""
 
@@ -117,10 +120,15 @@ class OrderingPolicy(ABC):
 
         def rank(view: RequestView) -> Rank:
             if view.deadline <= cutoff:
-                return (0, view.deadline, view.arrival_time, view.request_id)
-            return (1, *key(view))
+                return (_OVERDUE, view.deadline, view.arrival_time, view.request_id)
+            return (_ON_TIME, *key(view))
 
         return rank
+
+    def rank_of_key(self, key: SortKey) -> Rank:
+        """The rank (:meth:`ranker`) of a request that is not overdue, from its key alone:
+        what a waiting queue stores, so its head can be compared without a view."""
+        return (_ON_TIME, *key) if self.uses_deadlines else key
 
     def deadline(self, arrival_time: float, backlog_tokens: int) -> float:
         """The deadline of a request arriving with ``backlog_tokens`` of prefill work

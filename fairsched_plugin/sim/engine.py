@@ -104,23 +104,21 @@ def _result_row(case: WorkloadRequest) -> dict[str, Any]:
             "class": case.request_class}
 
 
-def _batch_of(scheduler: Scheduler, output: Any) -> tuple[SimBatch, set[str], list[str]]:
-    """The step's batch (per sequence), its prefill ids and the prefills it completes, read
-    after ``schedule()`` (which has already advanced ``num_computed_tokens``)."""
+def _batch_of(scheduler: Scheduler, output: Any) -> tuple[SimBatch, list[str]]:
+    """The step's batch (per sequence) and the prefills it completes, read after
+    ``schedule()`` (which has already advanced ``num_computed_tokens``)."""
     batch = SimBatch()
-    prefill_ids: set[str] = set()
     finished: list[str] = []
     for req_id, n in output.num_scheduled_tokens.items():
         request = scheduler.requests[req_id]
         before = request.num_computed_tokens - n
         if has_prefill_work(request, before):
-            prefill_ids.add(req_id)
             batch.prefills.append((n, before))
             if before + n >= request.num_tokens:
                 finished.append(req_id)
         else:
             batch.decodes.append((before, n))
-    return batch, prefill_ids, finished
+    return batch, finished
 
 
 def simulate(
@@ -180,10 +178,10 @@ def simulate(
                 clock.jump_to(upcoming.arrival_s)
                 scheduler.update_from_output(output, _model_output({}))
                 continue
-            batch, prefill_ids, finished = _batch_of(scheduler, output)
+            batch, finished = _batch_of(scheduler, output)
             if monitor is not None:
                 monitor.on_dispatch(
-                    output, prefill_ids, finished,
+                    output, [n for n, _context in batch.prefills], finished,
                     [new.req_id for new in output.scheduled_new_reqs],
                     num_running=len(scheduler.running), num_waiting=len(scheduler.waiting))
             state = memory.read()
