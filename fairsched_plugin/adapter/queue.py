@@ -181,14 +181,22 @@ class PolicyRequestQueue(_ReenterByKey):
         heapq.heapify(self._heap)
 
     def _head_heap(self) -> list[list]:
-        """The heap whose head is served next: the overdue lane's while its head's
-        deadline has passed, else the key heap (possibly empty)."""
+        """The heap whose head is served next: the overdue lane's while its first live
+        entry's deadline has passed, else the key heap (possibly empty).
+
+        A dead entry on top of the overdue lane is dropped only once its deadline has
+        passed: before that every entry below it is later still, so no request is
+        overdue, and the compaction clears it at no cost per admission (every request
+        served from the key heap leaves one there, popped 13 levels deep at 10,000
+        waiting)."""
         self._drop_dead_head(self._heap)
         overdue = self._overdue_heap
         if overdue is not None:
-            self._drop_dead_head(overdue)
-            if overdue and overdue[0][0] <= self._clock():
-                return overdue
+            cutoff = self._clock()
+            while overdue and overdue[0][0] <= cutoff:
+                if overdue[0][_REQUEST] is not _DEAD:
+                    return overdue
+                heapq.heappop(overdue)
         return self._heap
 
     def _forget(self, request: Request) -> None:
