@@ -275,13 +275,20 @@ def deadline_queue(deadlines: dict[str, float], clock: _Clock) -> PolicyRequestQ
     )
 
 
-def test_deadline_lane_serves_overdue_requests_first_in_deadline_order(five):
-    # a 40 tokens, b 10, c 100, d 2, e 20; deadlines make c and a overdue at t=5.
-    deadlines = {"a": 4.0, "b": 50.0, "c": 3.0, "d": 60.0, "e": 70.0}
-    clock = _Clock(5.0)
-    queue = deadline_queue(deadlines, clock)
+FIVE_DEADLINES = {"a": 4.0, "b": 50.0, "c": 3.0, "d": 60.0, "e": 70.0}
+"""For ``five`` (a 40 tokens, b 10, c 100, d 2, e 20): c and a are overdue from t=4."""
+
+
+def five_by_deadline(five, now: float) -> tuple[PolicyRequestQueue, _Clock]:
+    clock = _Clock(now)
+    queue = deadline_queue(FIVE_DEADLINES, clock)
     for request in five.values():
         queue.add_request(request)
+    return queue, clock
+
+
+def test_deadline_lane_serves_overdue_requests_first_in_deadline_order(five):
+    queue, clock = five_by_deadline(five, now=5.0)
     assert queue.work == 40 + 10 + 100 + 2 + 20
     assert [r.request_id for r in queue.iter_in_order()] == ["c", "a", "d", "b", "e"]
     assert [r.request_id for r in queue] == ["c", "a", "d", "b", "e"]
@@ -294,11 +301,7 @@ def test_deadline_lane_serves_overdue_requests_first_in_deadline_order(five):
 
 
 def test_peek_keyed_gives_the_queued_key_or_none_from_the_overdue_lane(five):
-    deadlines = {"a": 4.0, "b": 50.0, "c": 3.0, "d": 60.0, "e": 70.0}
-    clock = _Clock(2.0)
-    queue = deadline_queue(deadlines, clock)
-    for request in five.values():
-        queue.add_request(request)
+    queue, clock = five_by_deadline(five, now=2.0)
     head, key = queue.peek_keyed()
     assert head.request_id == "d" and key == (2, 1.0, "d")
     clock.now = 5.0  # c and a are overdue: the lane's head has no key that decides
