@@ -566,7 +566,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         and no admissible waiting request ranks above the last of them (the plan
         admits a waiting request first only when it ranks strictly better). This is the
         common light step: one partial prefill behind the decodes, the queue's head
-        ranked after it; the check costs one waiting view instead of the whole plan."""
+        ranked after it; the check costs a look at that head instead of the whole plan."""
         rank = step_rank(self.fairsched_policy, self._now, self._by_priority)
         last = rank(views[prefills[-1].request_id])
         if len(prefills) > 1:
