@@ -348,3 +348,37 @@ def test_a_preempted_request_ranks_by_what_the_cache_kept(config_only_model):
     assert view.cached_tokens >= 512
     assert view.remaining_prefill <= b.num_tokens - 512
     engine.run_until_idle()
+
+
+@pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
+def test_an_extended_streaming_session_is_queued_as_what_it_became(config_only_model, cls):
+    """A streaming-input session waits for its next chunk in a waiting queue, and vLLM
+    extends its prompt in place when the chunk comes. Queued under its last turn's key
+    (one token left), work and deadline (overdue at once), a long chunk would go before
+    every shorter request."""
+    engine = _engine(config_only_model, {"policy": "guarded-srpf"}, cls)
+    scheduler = engine.scheduler
+    if not scheduler.fairsched_surface.has_streaming_sessions:
+        pytest.skip("this vLLM has no streaming-input sessions")
+    session = make_request("session", 40, 3, 100.0)
+    session.resumable = True
+    engine.add([session])
+    engine.run_until_idle()
+    assert session.status == RequestStatus.WAITING_FOR_STREAMING_REQ
+    chunk = make_request("session", 600, 3, 200.0)
+    chunk.resumable = True
+    short = make_request("short", 50, 3, 200.1)
+    engine.add([chunk, short])
+    assert session.status == RequestStatus.WAITING and session.num_prompt_tokens > 600
+    queue = scheduler.kv_holding_waiting
+    entry, timed, work = queue._entries[session]
+    view = scheduler._view(session)
+    assert tuple(entry[:-2]) == scheduler.fairsched_policy.key(view)
+    assert work == view.remaining_prefill > 500
+    assert timed[0] == scheduler._deadlines["session"] > scheduler.fairsched_policy.overdue_cutoff(0)
+    assert scheduler.waiting.work + queue.work == view.remaining_prefill + 50
+    engine.run_until_idle()
+    assert "short" not in scheduler.requests
+    assert session.status == RequestStatus.WAITING_FOR_STREAMING_REQ  # its next turn
+    assert queue.holds(session) and scheduler.waiting.work == 0
+    assert queue.work == scheduler._view(session).remaining_prefill  # its last token again

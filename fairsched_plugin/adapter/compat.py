@@ -45,6 +45,7 @@ SUPPORTED_VLLM = (Version("0.23"), Version("0.34"))
 source of 0.23.0, 0.27.1, 0.30.0 and 0.32.0 runs the scheduler tests in CI)."""
 
 RESERVE = "_reserve_prefill_lookahead"
+SESSION_UPDATE = "_update_request_as_session"
 MAMBA_SPLIT = "_mamba_block_aligned_split"
 MAMBA_FLAG = "need_mamba_block_aligned_split"
 
@@ -107,6 +108,10 @@ class SchedulerSurface:
     """Whether ``schedule()`` lifts ``long_prefill_token_threshold`` when only one request
     is eligible (it counts them with ``get_request_counts``; 0.31+), so the plan can
     bound chunks as vLLM will."""
+    has_streaming_sessions: bool = False
+    """Whether vLLM extends a waiting streaming-input session in place with
+    ``_update_request_as_session(session, update)``, which the adapter wraps to queue
+    the session again under what it has become."""
 
     def describe(self) -> str:
         """One log line: the mechanism chosen for each hook."""
@@ -126,6 +131,8 @@ class SchedulerSurface:
             "requires_kv_delivery" if self.has_kv_delivery else "no KV delivery (always off)",
             "long-prefill threshold off for a lone request" if self.threshold_spares_lone_request
             else "long-prefill threshold always on",
+            "streaming-input sessions re-queued when extended" if self.has_streaming_sessions
+            else "no streaming-input sessions",
         ]
         return "; ".join(parts)
 
@@ -218,6 +225,7 @@ def detect_surface(scheduler_cls: type) -> SchedulerSurface:
         )
     schedule = getattr(scheduler_cls, "schedule")
     preempt = getattr(scheduler_cls, "_preempt_request")
+    session_update = getattr(scheduler_cls, SESSION_UPDATE, None)
     return SchedulerSurface(
         cap_hook=cap_hook,
         kv_holding_queue=chosen["kv_holding_waiting"],
@@ -228,6 +236,8 @@ def detect_surface(scheduler_cls: type) -> SchedulerSurface:
         has_kv_delivery="requires_kv_delivery" in assigned,
         threshold_spares_lone_request="get_request_counts" in _names_used(
             _own_methods(scheduler_cls, "schedule")),
+        has_streaming_sessions=callable(session_update)
+        and _params(session_update)[:2] == ["session", "update"],
     )
 
 

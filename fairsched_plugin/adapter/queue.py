@@ -129,6 +129,9 @@ class PolicyRequestQueue(_ReenterByKey):
                 self._forget(request)
         self._compact_if_sparse()
 
+    def holds(self, request: Request) -> bool:
+        return request in self._entries
+
     def __bool__(self) -> bool:
         return bool(self._entries)
 
@@ -272,6 +275,10 @@ class PriorityLevelQueue(_ReenterByKey):
             if queue is not None:
                 queue.remove_requests((request,))
                 self._drop_if_empty(request.priority)
+
+    def holds(self, request: Request) -> bool:
+        level = self._levels.get(request.priority)
+        return level is not None and level.holds(request)
 
     def __bool__(self) -> bool:
         return bool(self._levels)

@@ -287,6 +287,21 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
                 num_new_tokens = cap
         return self._vllm_reserve(request, num_computed_tokens, num_new_tokens)
 
+    def _update_request_as_session(self, session: Request, update: Any) -> None:
+        """A streaming-input session waiting for its next chunk sits in a waiting queue
+        under the key, prefill work and deadline of its last turn, and vLLM extends its
+        prompt in place: take it out and queue it again as what it has become (its
+        deadline was renewed when the chunk arrived, in :meth:`add_request`)."""
+        queue = next((q for q in (self.kv_holding_waiting, self.waiting)
+                      if isinstance(q, (PolicyRequestQueue, PriorityLevelQueue))
+                      and q.holds(session)), None)
+        if queue is not None:
+            queue.remove_request(session)
+        super()._update_request_as_session(session, update)
+        self._cached_prefix.pop(session.request_id, None)
+        if queue is not None:
+            queue.add_request(session)
+
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         # Its blocks go back to the cache, mostly still holding its prefix: look again
         # when it re-enters the waiting queue (inside vLLM's preemption).
