@@ -530,21 +530,20 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         for request in prefills:
             if request.request_id not in views:
                 views[request.request_id] = self._view(request)
-        decodes = None
+        if not reorder and rule is None:
+            if not prefills:
+                return None
+            if not decode_after_prefill and self._running_order_is_plan_order(prefills, views):
+                return None
+        decodes = [request for request in self.running if not request.is_prefill_chunk]
         if reorder:
-            decodes = [request for request in self.running if not request.is_prefill_chunk]
             rank = step_rank(policy, self._now, self._by_priority)
             prefills.sort(key=lambda request: rank(views[request.request_id]))
             if policy.orders_decodes:
                 decodes.sort(key=lambda request: rank(views[request.request_id]))
             self.running[:] = decodes + prefills
-        if rule is None and not prefills:
-            return None
-        if (rule is None and not reorder and not decode_after_prefill
-                and self._running_order_is_plan_order(prefills, views)):
-            return None
-        if decodes is None:
-            decodes = [request for request in self.running if not request.is_prefill_chunk]
+            if rule is None and not prefills:
+                return None
         decode_tokens = self._decode_tokens(decodes)
         if rule is not None:
             rule.begin_step(decode_tokens, self.max_num_active_reqs,
@@ -583,11 +582,13 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         common light step: one partial prefill behind the decodes, the queue's head
         ranked after it; the check costs a look at that head instead of the whole plan."""
         rank = step_rank(self.fairsched_policy, self._now, self._by_priority)
-        last = rank(views[prefills[-1].request_id])
-        if len(prefills) > 1:
+        if len(prefills) == 1:
+            last = rank(views[prefills[0].request_id])
+        else:
             ranks = [rank(views[request.request_id]) for request in prefills]
             if any(later < earlier for earlier, later in zip(ranks, ranks[1:])):
                 return False
+            last = ranks[-1]
         head = self._first_waiting_rank(rank)
         return head is None or head > last
 

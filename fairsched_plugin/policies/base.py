@@ -66,11 +66,11 @@ SortKey = tuple[float, float, str]
 """A total order: policy value, then arrival time, then request id (smaller first)."""
 
 Rank = tuple
+"""What the plan sorts by at one instant: a :data:`SortKey`, or for a policy with
+deadlines ``(lane, ...)`` with overdue requests in lane 0 (see ``OrderingPolicy.ranker``)."""
 
 _OVERDUE, _ON_TIME = 0, 1
 """The two lanes of a deadline policy's rank, overdue first."""
-"""What the plan sorts by at one instant: a :data:`SortKey`, or for a policy with
-deadlines ``(lane, ...)`` with overdue requests in lane 0 (see ``OrderingPolicy.ranker``)."""
 
 
 class OrderingPolicy(ABC):
