@@ -118,7 +118,7 @@ def measure(model_dir: Path, waiting: int, steps: int, workload: str,
         for i in order[shift:] + order[:shift]:
             samples[i].append(_timed_step(engines[i][1], full_step))
     per_engine: dict[str, list[tuple[float, float, float]]] = {name: [] for name in ARMS}
-    for (name, _engine_), values in zip(engines, samples):
+    for (name, _built), values in zip(engines, samples):
         per_engine[name].append((
             statistics.median(ns for ns, _n in values) / 1e3,
             statistics.median(ns / max(n, 1) for ns, n in values) / 1e3,
@@ -164,12 +164,15 @@ def main() -> None:
                         args.instances)
             stock = m["stock"]["step_us"]
 
-            def ratios(name: str) -> str:
+            def spread(name: str) -> str:
                 low, high = m[name]["step_us_range"]
-                return f"{m[name]['step_us'] / stock:.2f} ({low / stock:.2f}-{high / stock:.2f})"
+                return f"({low / stock:.2f}-{high / stock:.2f})"
+
+            def ratios(name: str) -> str:
+                return f"{m[name]['step_us'] / stock:.2f} {spread(name)}"
 
             print(
-                f"{workload:>8} {waiting:>7} {stock:>9.1f} {ratios('stock')[5:]:>11} "
+                f"{workload:>8} {waiting:>7} {stock:>9.1f} {spread('stock'):>11} "
                 + " ".join(f"{ratios(name):>17}" for name in arms)
                 + f" {m['stock']['scheduled']:>9.0f} "
                 + " ".join(f"{m[name]['per_request_us'] / m['stock']['per_request_us']:>15.2f}"
