@@ -172,8 +172,8 @@ def main() -> None:
         for arm in arms:
             arm.reset()
         for step in range(args.steps):
-            # The arm stepped first in a round runs measurably slower (a few percent,
-            # the same arm against itself), so the two take turns.
+            # The arm stepped first in a round has run a few percent slower than the
+            # same arm stepped later (not in every run), so the two take turns.
             for arm in (arms if step % 2 == 0 else arms[::-1]):
                 arm.step()
         base, lprs = arms

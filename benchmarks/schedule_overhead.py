@@ -112,8 +112,9 @@ def measure(model_dir: Path, waiting: int, steps: int, workload: str,
     samples: list[list[tuple[int, int]]] = [[] for _ in engines]
     order = list(range(len(engines)))
     for step in range(steps):
-        # The engine stepped first in a round runs measurably slower (about 5% here, the
-        # same arm against itself), so the order rotates every round.
+        # The engine stepped first in a round has run up to 5% slower than the same arm
+        # stepped later (not in every run: benchmarks/overhead_harness.py position), so
+        # the order rotates every round.
         shift = step % len(order)
         for i in order[shift:] + order[:shift]:
             samples[i].append(_timed_step(engines[i][1], full_step))
