@@ -15,6 +15,10 @@ measured in one run:
   monitor, the whole plan, the plan's skip check answering "skip"), rotating. On uniform
   prompts no knock-out changes a decision, so the difference to the default is that
   piece's cost. Measurement only: a knocked-out scheduler is not a valid scheduler.
+* ``rekey``: one re-key of the default's waiting queue (what a move of the automatic
+  alpha costs, on the engine's path; ``hrrn`` re-keys every step), after 50 steps, the
+  alpha alternating between two values so the heap is rebuilt in earnest: the median of
+  21 re-keys in milliseconds, and per waiting request in microseconds.
 * ``arms``: the arms named by ``--arms`` (names of ``schedule_overhead.ARMS``), rotating,
   so that an older package can be timed the same way: copy this file and
   ``schedule_overhead.py`` into an exported tree and run the module from there.
@@ -22,6 +26,7 @@ measured in one run:
     .venv/bin/python -m benchmarks.overhead_harness position
     .venv/bin/python -m benchmarks.overhead_harness aa --waiting 1000
     .venv/bin/python -m benchmarks.overhead_harness knockouts --waiting 1000
+    .venv/bin/python -m benchmarks.overhead_harness rekey --waiting 1000,10000
     .venv/bin/python -m benchmarks.overhead_harness arms --arms stock,fcfs,default --waiting 1000,10000
 """
 
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -92,9 +98,26 @@ def _print_ratios(title: str, medians: dict[str, list[float]], reference: str) -
               f"({min(values) / base:.3f}-{max(values) / base:.3f})")
 
 
+def _print_rekey(engine: OfflineEngine) -> None:
+    for _ in range(50):
+        _timed_step(engine, False)
+    scheduler = engine.scheduler
+    queue = scheduler.waiting
+    times = []
+    for alpha in (100.0, 10_000.0) * 11:
+        scheduler.fairsched_policy.set_alpha(alpha)
+        start = time.perf_counter_ns()
+        queue.rekey()
+        times.append(time.perf_counter_ns() - start)
+    median = statistics.median(times)
+    print(f"  re-key of {len(queue)} waiting: {median / 1e6:.2f} ms "
+          f"({min(times) / 1e6:.2f}-{max(times) / 1e6:.2f}), "
+          f"{median / 1e3 / len(queue):.2f} us per request")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("check", choices=("position", "aa", "knockouts", "arms"))
+    parser.add_argument("check", choices=("position", "aa", "knockouts", "rekey", "arms"))
     parser.add_argument("--waiting", default="1000", help="comma-separated queue sizes")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--instances", type=int, default=3)
@@ -116,6 +139,10 @@ def main() -> None:
         return build
 
     for waiting in (int(w) for w in args.waiting.split(",")):
+        if args.check == "rekey":
+            print(f"uniform, {waiting} waiting")
+            _print_rekey(arm("default", waiting)())
+            continue
         print(f"uniform, {waiting} waiting, medians of {args.steps} steps; ratio to the "
               "first arm's median engine (range over engines)")
         if args.check == "position":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from contextlib import closing
 
@@ -252,6 +253,29 @@ def test_random_operations_match_a_sorted_list():
     model.sort(key=aging_key)
     assert list(queue) == model
     assert len(queue._heap) <= 2 * len(model) + 64 + 1
+
+
+def test_the_snapshot_is_taken_once_and_a_rekey_reads_it_not_the_request(five):
+    """Key, deadline and work read one snapshot per entry; a re-key takes the keys again
+    from the stored snapshots, under the policy's new parameters."""
+    taken = []
+
+    def snapshot(request):
+        taken.append(request.request_id)
+        return request_view(request)
+
+    policy = AgingPolicy(alpha=1.0, beta=-1.0)
+    queue = PolicyRequestQueue(policy.key, deadline=lambda view: math.inf,
+                               clock=lambda: 0.0, work=lambda view: view.remaining_prefill,
+                               snapshot=snapshot)
+    for request in five.values():
+        queue.add_request(request)
+    assert sorted(taken) == sorted(five) and queue.work == 172
+    assert [request.request_id for request in queue] == EXPECTED
+    policy.set_alpha(1000.0)  # now arrival order: a 0, d 1, b 2, e 5, c 10
+    queue.rekey()
+    assert sorted(taken) == sorted(five)  # no snapshot taken again
+    assert drain(queue) == ["a", "d", "b", "e", "c"]
 
 
 # --------------------------------------------------------------------------- deadline lane

@@ -16,6 +16,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing
+from typing import Any
 
 from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.request import Request
@@ -46,24 +47,30 @@ class _ReenterByKey(RequestQueue):
 class PolicyRequestQueue(_ReenterByKey):
     """Waiting requests, smallest policy key first (overdue ones first, with deadlines).
 
-    The key is taken once, when a request enters the queue: waiting requests make no
-    progress, so a time-invariant policy key (see ``OrderingPolicy``) stays correct until
-    the request leaves. A preempted request re-enters with a fresh key.
+    What the policy knows of a request is taken once, when it enters the queue: its
+    ``snapshot`` (the scheduler's ``RequestView``). Waiting requests make no progress, so
+    a time-invariant policy key (see ``OrderingPolicy``) of that snapshot stays correct
+    until the request leaves; a preempted request re-enters with a fresh one. The key,
+    deadline and work all read the one snapshot, and a re-key reads it again instead of
+    the request: rebuilding every view was most of a re-key's cost, paid on the engine's
+    path each time the automatic alpha moves (and every step under ``hrrn``).
 
     Args:
-        key: the policy key of a request.
-        deadline: with a deadline policy, the request's deadline; ``clock`` then gives
+        key: the policy key of a request's snapshot.
+        deadline: with a deadline policy, the snapshot's deadline; ``clock`` then gives
             the instant the order is taken at (the scheduler's step time).
-        work: the prefill tokens a waiting request still needs; the queue keeps their
-            sum (:attr:`work`) for deadline estimates.
+        work: the prefill tokens a waiting request still needs, from its snapshot; the
+            queue keeps their sum (:attr:`work`) for deadline estimates.
+        snapshot: what the other three read; None: the request itself.
     """
 
     def __init__(
         self,
-        key: Callable[[Request], SortKey],
-        deadline: Callable[[Request], float] | None = None,
+        key: Callable[[Any], SortKey],
+        deadline: Callable[[Any], float] | None = None,
         clock: Callable[[], float] | None = None,
-        work: Callable[[Request], int] | None = None,
+        work: Callable[[Any], int] | None = None,
+        snapshot: Callable[[Request], Any] | None = None,
     ) -> None:
         if (deadline is None) != (clock is None):
             raise ValueError("a deadline queue needs both deadline and clock")
@@ -71,27 +78,29 @@ class PolicyRequestQueue(_ReenterByKey):
         self._deadline = deadline
         self._clock = clock
         self._work = work
+        self._snapshot = snapshot
         self._heap: list[list] = []
         self._overdue_heap: list[list] | None = [] if deadline is not None else None
-        # request -> (key entry, deadline entry or None, work)
-        self._entries: dict[Request, tuple[list, list | None, int]] = {}
+        # request -> (key entry, deadline entry or None, work, snapshot)
+        self._entries: dict[Request, tuple[list, list | None, int, Any]] = {}
         self._seq = itertools.count()
         self.work = 0
 
     def add_request(self, request: Request) -> None:
         if request in self._entries:
             raise ValueError(f"request {request.request_id} is already waiting")
+        snapshot = self._snapshot(request) if self._snapshot is not None else request
         seq = next(self._seq)
-        entry = [*self._key(request), seq, request]
+        entry = [*self._key(snapshot), seq, request]
         heapq.heappush(self._heap, entry)
         timed = None
         if self._overdue_heap is not None:
             assert self._deadline is not None
-            timed = [self._deadline(request), seq, request]
+            timed = [self._deadline(snapshot), seq, request]
             heapq.heappush(self._overdue_heap, timed)
-        work = self._work(request) if self._work is not None else 0
+        work = self._work(snapshot) if self._work is not None else 0
         self.work += work
-        self._entries[request] = (entry, timed, work)
+        self._entries[request] = (entry, timed, work, snapshot)
 
     def pop_request(self) -> Request:
         heap = self._head_heap()
@@ -175,12 +184,14 @@ class PolicyRequestQueue(_ReenterByKey):
                 heapq.heappush(heap, entry)
 
     def rekey(self) -> None:
-        """Take every waiting request's key again (the policy's parameters changed): O(n).
-        Deadlines are fixed at arrival and stay."""
+        """Take every waiting request's key again, from its snapshot (the policy's
+        parameters changed): O(n). Deadlines are fixed at arrival and stay."""
+        key = self._key
         self._heap = []
-        for request, (entry, _timed, _work) in self._entries.items():
-            entry[:_SEQ] = self._key(request)
-            self._heap.append(entry)
+        append = self._heap.append
+        for entry, _timed, _work, snapshot in self._entries.values():
+            entry[:_SEQ] = key(snapshot)
+            append(entry)
         heapq.heapify(self._heap)
 
     def _head_heap(self) -> list[list]:
@@ -203,7 +214,7 @@ class PolicyRequestQueue(_ReenterByKey):
         return self._heap
 
     def _forget(self, request: Request) -> None:
-        entry, timed, work = self._entries.pop(request)
+        entry, timed, work, _snapshot = self._entries.pop(request)
         entry[_REQUEST] = _DEAD
         if timed is not None:
             timed[_REQUEST] = _DEAD

@@ -131,6 +131,14 @@ def has_prefill_work(request: Request, num_computed_tokens: int) -> bool:
             or request.num_tokens - num_computed_tokens > 1)
 
 
+def _view_deadline(view: RequestView) -> float:
+    return view.deadline
+
+
+def _view_work(view: RequestView) -> int:
+    return view.remaining_prefill
+
+
 def per_engine_path(path: str, parallel_config: Any) -> str:
     """``path`` with the data-parallel rank before its suffix when several engine cores
     run (``trace.jsonl`` -> ``trace.dp1.jsonl``), so their files do not collide."""
@@ -457,20 +465,21 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         return self._make_level_queue()
 
     def _make_level_queue(self) -> PolicyRequestQueue:
-        if not self.fairsched_policy.uses_deadlines:
-            return PolicyRequestQueue(self._waiting_key)
+        """A queue that keeps each waiting request's view, taken when it enters: its key,
+        deadline and work, and a re-key, read that view. The plan builds fresh views
+        instead: vLLM can change a waiting request in place (a finished remote KV load
+        rewinds its computed tokens before admitting it), and the plan's bounds must be
+        exact while a heap key only orders."""
+        policy = self.fairsched_policy
+        if not policy.uses_deadlines:
+            return PolicyRequestQueue(policy.key, snapshot=self._view)
         return PolicyRequestQueue(
-            self._waiting_key,
-            deadline=self._deadline,
-            clock=lambda: self.fairsched_policy.overdue_cutoff(self._now),
-            work=self._waiting_work,
+            policy.key,
+            deadline=_view_deadline,
+            clock=lambda: policy.overdue_cutoff(self._now),
+            work=_view_work,
+            snapshot=self._view,
         )
-
-    def _waiting_key(self, request: Request):
-        return self.fairsched_policy.key(self._view(request))
-
-    def _waiting_work(self, request: Request) -> int:
-        return self._view(request).remaining_prefill
 
     def _hide_unranked(self, views: dict[str, RequestView]) -> None:
         """Ranked service: keep in ``self.running`` only the running requests in the top
