@@ -18,7 +18,7 @@ measured in one run:
 * ``rekey``: one re-key of the default's waiting queue (what a move of the automatic
   alpha costs, on the engine's path; ``hrrn`` re-keys every step), after 50 steps, the
   alpha alternating between two values so the heap is rebuilt in earnest: the median of
-  21 re-keys in milliseconds, and per waiting request in microseconds.
+  22 re-keys in milliseconds, and per waiting request in microseconds.
 * ``arms``: the arms named by ``--arms`` (names of ``schedule_overhead.ARMS``), rotating,
   so that an older package can be timed the same way: copy this file and
   ``schedule_overhead.py`` into an exported tree and run the module from there.
@@ -99,6 +99,8 @@ def _print_ratios(title: str, medians: dict[str, list[float]], reference: str) -
 
 
 def _print_rekey(engine: OfflineEngine) -> None:
+    """Time re-keys of ``engine``'s waiting queue once its steps have reached a steady
+    state (see the module docstring)."""
     for _ in range(50):
         _timed_step(engine, False)
     scheduler = engine.scheduler
