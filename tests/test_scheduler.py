@@ -466,8 +466,8 @@ def test_skipping_the_plan_when_vllm_order_serves_it_changes_no_decision(
                         long_prefill_token_threshold=threshold)
         check = built.scheduler._running_order_is_plan_order
 
-        def counted(prefills, views) -> bool:
-            verdict = check(prefills, views)
+        def counted(*args) -> bool:
+            verdict = check(*args)
             skipped.append(verdict)
             return verdict and skip
 

@@ -383,3 +383,31 @@ def test_an_extended_streaming_session_is_queued_as_what_it_became(config_only_m
     assert session.status == RequestStatus.WAITING_FOR_STREAMING_REQ  # its next turn
     assert queue.holds(session) and scheduler.waiting.work == 0
     assert queue.work == scheduler._view(session).remaining_prefill  # its last token again
+
+
+def test_the_lora_limit_skips_a_request_one_adapter_over_max_loras():
+    """vLLM's ``max_loras`` rule as the plan reads it: adapters of running requests count,
+    an admission takes a slot, and without a LoRA config every request is admitted by a
+    shared bookkeeping that no admission changes. Plain stand-ins for the scheduler and
+    requests: the rule reads only these attributes."""
+    from vllm.lora.request import LoRARequest
+
+    from fairsched_plugin.adapter.admission import LoraSlots
+
+    def asking(lora_id: int | None) -> SimpleNamespace:
+        lora = LoRARequest(f"a{lora_id}", lora_id, "/adapter") if lora_id else None
+        return SimpleNamespace(lora_request=lora)
+
+    limited = SimpleNamespace(lora_config=SimpleNamespace(max_loras=2),
+                              running=[asking(1), asking(None)])
+    slots = LoraSlots.of(limited)
+    assert slots.admits(asking(1)) and slots.admits(asking(None))
+    assert slots.admits(asking(2))
+    assert not slots.admits(asking(3))
+    assert slots.in_use == {1, 2}
+    assert LoraSlots.of(limited).in_use == {1}  # a new step starts from the running ones
+
+    unlimited = LoraSlots.of(SimpleNamespace(lora_config=None, running=[asking(1)]))
+    assert all(unlimited.admits(asking(i)) for i in (1, 2, 3, 4))
+    assert unlimited.in_use == set()
+    assert LoraSlots.of(SimpleNamespace(lora_config=None, running=[])) is unlimited

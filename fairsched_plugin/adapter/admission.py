@@ -26,11 +26,12 @@ def pause_state(scheduler: Any) -> int:
     return int(getattr(scheduler, "_pause_state", UNPAUSED))
 
 
-def admitting_queues(scheduler: Any) -> list[Any]:
+def admitting_queues(scheduler: Any, state: int | None = None) -> list[Any]:
     """The waiting queues vLLM's loop drains this step, in order: requests holding KV
     blocks first (the only ones admitted under ``PAUSED_NEW``), then the rest; none when
-    everything is paused."""
-    state = pause_state(scheduler)
+    everything is paused. ``state``: the pause state, when the caller has read it."""
+    if state is None:
+        state = pause_state(scheduler)
     if state == PAUSED_ALL:
         return []
     queues = [scheduler.kv_holding_waiting]
@@ -62,13 +63,20 @@ class LoraSlots:
     many in this batch is skipped. Admissions are assumed to succeed as the plan meets
     them (the plan only looks as far as the budget reaches)."""
 
-    def __init__(self, scheduler: Any) -> None:
+    def __init__(self, limit: int = 0, in_use: set[int] | None = None) -> None:
+        """``limit`` 0: no LoRA limit, every request is admitted."""
+        self.limit = limit
+        self.in_use: set[int] = in_use if in_use is not None else set()
+
+    @classmethod
+    def of(cls, scheduler: Any) -> LoraSlots:
+        """The step's bookkeeping; without LoRA one shared instance that admits all and
+        never changes (the plan's check asks for one every step)."""
         config = scheduler.lora_config
-        self.limit = config.max_loras if config else 0
-        self.in_use: set[int] = set()
-        if self.limit:
-            self.in_use = {r.lora_request.lora_int_id for r in scheduler.running
-                           if r.lora_request and r.lora_request.lora_int_id > 0}
+        if not config or not config.max_loras:
+            return _NO_LORAS
+        return cls(config.max_loras, {r.lora_request.lora_int_id for r in scheduler.running
+                                      if r.lora_request and r.lora_request.lora_int_id > 0})
 
     def admits(self, request: Request) -> bool:
         lora = request.lora_request
@@ -81,6 +89,9 @@ class LoraSlots:
         if lora.lora_int_id > 0:
             self.in_use.add(lora.lora_int_id)
         return True
+
+
+_NO_LORAS = LoraSlots()
 
 
 def admissible(scheduler: Any, request: Request, loras: LoraSlots) -> bool:

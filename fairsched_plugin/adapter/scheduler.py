@@ -222,6 +222,10 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         except Exception:
             self._undo_step(max_active)  # vLLM's own behaviour for this step
             self._degrade("planning")
+        if not self._prefill_caps:
+            # vLLM calls the hook for every request it schedules: on a step without caps
+            # its own, bound on the instance, saves the override's call layer.
+            self._reserve_prefill_lookahead = self._vllm_reserve
         try:
             return super().schedule(throttle_prefills)
         finally:
@@ -246,6 +250,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
     def _undo_step(self, max_active: int) -> None:
         """Nothing hidden, capped or limited any more."""
         self._prefill_caps = None
+        self.__dict__.pop("_reserve_prefill_lookahead", None)
         self.max_num_active_reqs = max_active
         self.running.extend(self._hidden)
         self._hidden = []
@@ -522,7 +527,8 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         reorder = self._decodes_first or policy.orders_decodes
         if policy.follows_vllm_order and rule is None and not reorder:
             return None
-        if pause_state(self) == PAUSED_ALL or self._defers_prefills(throttle_prefills):
+        state = pause_state(self)
+        if state == PAUSED_ALL or self._defers_prefills(throttle_prefills):
             return None
         # One pass over the running list, which can hold hundreds of decodes; they are
         # listed only when the order or the plan needs them.
@@ -534,19 +540,19 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             elif prefills:
                 decode_after_prefill = True
         if policy.uses_deadlines:
-            self._running_prefill_work = sum(prefill_work(r) for r in prefills)
+            self._running_prefill_work = sum(map(prefill_work, prefills))
             policy.observe_backlog(self._now, self._backlog())
         for request in prefills:
             if request.request_id not in views:
                 views[request.request_id] = self._view(request)
-        if not reorder and rule is None:
-            if not prefills:
-                return None
-            if not decode_after_prefill and self._running_order_is_plan_order(prefills, views):
-                return None
+        if not reorder and rule is None and not prefills:
+            return None
+        rank = step_rank(policy, self._now, self._by_priority)
+        if (not reorder and rule is None and not decode_after_prefill
+                and self._running_order_is_plan_order(prefills, views, rank, state)):
+            return None
         decodes = [request for request in self.running if not request.is_prefill_chunk]
         if reorder:
-            rank = step_rank(policy, self._now, self._by_priority)
             prefills.sort(key=lambda request: rank(views[request.request_id]))
             if policy.orders_decodes:
                 decodes.sort(key=lambda request: rank(views[request.request_id]))
@@ -579,7 +585,8 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             )
 
     def _running_order_is_plan_order(self, prefills: list[Request],
-                                     views: dict[str, RequestView]) -> bool:
+                                     views: dict[str, RequestView],
+                                     rank: Callable[[RequestView], Rank], state: int) -> bool:
         """Whether vLLM's own loop already gives each running prefill what the plan
         would cap it to, so the plan (and the decode count it needs) can be skipped.
 
@@ -589,8 +596,8 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         and no admissible waiting request ranks above the last of them (the plan
         admits a waiting request first only when it ranks strictly better). This is the
         common light step: one partial prefill behind the decodes, the queue's head
-        ranked after it; the check costs a look at that head instead of the whole plan."""
-        rank = step_rank(self.fairsched_policy, self._now, self._by_priority)
+        ranked after it; the check costs a look at that head instead of the whole plan.
+        ``rank`` is the step's order, ``state`` vLLM's pause state."""
         if len(prefills) == 1:
             last = rank(views[prefills[0].request_id])
         else:
@@ -598,7 +605,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             if any(later < earlier for earlier, later in zip(ranks, ranks[1:])):
                 return False
             last = ranks[-1]
-        head = self._first_waiting_rank(rank)
+        head = self._first_waiting_rank(rank, state)
         return head is None or head > last
 
     def _defers_prefills(self, throttle_prefills: bool) -> bool:
@@ -628,7 +635,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         """The waiting requests vLLM's waiting loop can admit this step, in the order it
         will meet them (``adapter.admission``; under ``fcfs`` the queues are vLLM's own,
         whose iteration is that order)."""
-        loras = LoraSlots(self)
+        loras = LoraSlots.of(self)
         view = self._view
         for queue in admitting_queues(self):
             if not queue:  # usually the KV-holding queue: no iterator to set up
@@ -643,18 +650,19 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
                     if admissible(self, request, loras):
                         yield view(request)
 
-    def _first_waiting_rank(self, rank: Callable[[RequestView], Rank]) -> Rank | None:
+    def _first_waiting_rank(self, rank: Callable[[RequestView], Rank],
+                            state: int) -> Rank | None:
         """The rank of what :meth:`_waiting_views` yields first. In the common case, an
         admissible head of the first non-empty queue, it is read without setting up the
         ordered iteration, and from the key it is queued under when it is not overdue
         (no view to build: the key is the one the queue will serve it by)."""
-        for queue in admitting_queues(self):
+        for queue in admitting_queues(self, state):
             if queue:
                 if isinstance(queue, PolicyRequestQueue):
                     head, key = queue.peek_keyed()
                 else:
                     head, key = queue.peek_request(), None
-                if admissible(self, head, LoraSlots(self)):
+                if admissible(self, head, LoraSlots.of(self)):
                     if key is not None:
                         return self.fairsched_policy.rank_of_key(key)
                     return rank(self._view(head))
