@@ -21,19 +21,27 @@ measured in one run:
   22 re-keys in milliseconds, and per waiting request in microseconds.
 * ``arms``: the arms named by ``--arms`` (names of ``schedule_overhead.ARMS``), rotating,
   so that an older package can be timed the same way: copy this file and
-  ``schedule_overhead.py`` into an exported tree and run the module from there.
+  ``schedule_overhead.py`` into an exported tree and run the module from there. With
+  ``--before DIR`` (a directory holding an exported ``fairsched_plugin`` package) each
+  plugin arm also runs on that package, in the same process and rotation, as
+  ``NAME (before)``: a change is then measured in one run, not across runs minutes apart.
 
     .venv/bin/python -m benchmarks.overhead_harness position
     .venv/bin/python -m benchmarks.overhead_harness aa --waiting 1000
     .venv/bin/python -m benchmarks.overhead_harness knockouts --waiting 1000
     .venv/bin/python -m benchmarks.overhead_harness rekey --waiting 1000,10000
     .venv/bin/python -m benchmarks.overhead_harness arms --arms stock,fcfs,default --waiting 1000,10000
+    git archive HEAD~1 fairsched_plugin | tar -x -C /tmp/before
+    .venv/bin/python -m benchmarks.overhead_harness arms --arms stock,default --before /tmp/before
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -72,6 +80,16 @@ def _knock_out(piece: str) -> Callable[[Any], None]:
 
 
 Builder = Callable[[], OfflineEngine]
+
+
+def load_before(exported: Path) -> type:
+    """The ``FairScheduler`` of the package exported in ``exported``, imported under the
+    name ``fairsched_before`` (the scheduler's modules import each other relatively), so
+    that it runs beside this package in one process."""
+    home = Path(tempfile.mkdtemp())
+    shutil.copytree(exported / "fairsched_plugin", home / "fairsched_before")
+    sys.path.insert(0, str(home))
+    return importlib.import_module("fairsched_before.adapter.scheduler").FairScheduler
 
 
 def timed(builders: dict[str, Builder], instances: int, steps: int,
@@ -124,13 +142,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--instances", type=int, default=3)
     parser.add_argument("--arms", default="stock,fcfs,default")
+    parser.add_argument("--before", type=Path,
+                        help="with arms: a directory holding an exported fairsched_plugin "
+                             "package, whose plugin arms run too")
     args = parser.parse_args()
     model_dir = write_config_only_model(Path(tempfile.mkdtemp()) / "model")
+    before = load_before(args.before) if args.before else None
 
     def arm(spec: str | type, waiting: int,
-            patch: Callable[[Any], None] | None = None) -> Builder:
-        """An arm of ``schedule_overhead.ARMS`` by name, or a scheduler class run as stock."""
+            patch: Callable[[Any], None] | None = None, cls_override: type | None = None
+            ) -> Builder:
+        """An arm of ``schedule_overhead.ARMS`` by name (its plugin class replaced by
+        ``cls_override`` when given), or a scheduler class run as stock."""
         cls, config = ARMS[spec] if isinstance(spec, str) else (spec, {})
+        cls = cls_override or cls
 
         def build() -> OfflineEngine:
             engine = _engine(cls, model_dir, config, waiting, "uniform")
@@ -166,6 +191,10 @@ def main() -> None:
                           "stock")
         else:
             builders = {name: arm(name, waiting) for name in args.arms.split(",")}
+            if before is not None:
+                for name in args.arms.split(","):
+                    if ARMS[name][0] is not ARMS["stock"][0]:
+                        builders[f"{name} (before)"] = arm(name, waiting, cls_override=before)
             _print_ratios("arms", timed(builders, args.instances, args.steps),
                           next(iter(builders)))
 
