@@ -171,6 +171,7 @@ class FairschedConfig:
     service: str = "budget"
     max_batch_size: int = 16
     decodes_first: bool = False
+    decode_share: float = 0.0
     prefix_aware: bool = True
     guarded_srpf: GuardedSRPFConfig = field(default_factory=GuardedSRPFConfig)
     guarded_aging: GuardedAgingConfig = field(default_factory=GuardedAgingConfig)
@@ -252,6 +253,10 @@ KEYS: tuple[_Key, ...] = (
          "true or false (seed 000's service: every step serves the running decodes before "
          "any partial prefill, and orders partial prefills by the policy; false keeps "
          "vLLM's running order and only caps prefills)"),
+    _Key("decode_share", float,
+         "a number >= 0 and < 1 (while prefill work waits, decodes get at most this share "
+         "of the token budget and the newest are held back; 0: off, vLLM's own service)",
+         lambda v: 0 <= v < 1, see="docs/policies.md#holding-back-decodes-decode_share"),
     _Key("prefix_aware", bool,
          "true or false (a waiting request's remaining prefill is its part not in vLLM's "
          "prefix cache, looked up when it enters the queue; false counts the whole prompt)"),
@@ -570,6 +575,10 @@ def _build(values: Mapping[str, Any]) -> FairschedConfig:
             f"fall-back threshold); got {lprs.guard_recover_error:g} > "
             f"{lprs.guard_max_error:g}"
         )
+    if config.decode_share > 0 and config.service == "ranked":
+        raise ConfigError(
+            "fairsched config: decode_share needs service \"budget\": ranked service "
+            "already decides which running requests a step serves")
     if lprs.enabled and not config.predictor.path:
         raise ConfigError(
             "fairsched config: lprs.enabled needs predictor.path, the ONNX latency model "

@@ -7,7 +7,9 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
 2. with ``service: ranked`` (the seed-002 semantics), only the top ``max_batch_size``
    requests by key, running and waiting together, are served: running requests outside the
    top are hidden from vLLM's loop for the step (keeping their KV cache) and admissions
-   are capped at the waiting requests inside it;
+   are capped at the waiting requests inside it; with ``decode_share``, while prefill
+   work waits, the newest decodes beyond that share of the budget are hidden the same
+   way (``policies.decode_hold``);
 3. with ``decodes_first`` (seed 000's service), or a policy that orders decodes, the
    running list is reordered in place: decodes first (by key, except under policies that
    keep vLLM's admission order), then partial prefills by rank, best first; otherwise
@@ -79,6 +81,7 @@ from ..policies import (
     plan_prefill_caps,
     ranked_service,
 )
+from ..policies.decode_hold import decode_cap, decodes_to_hold
 from ..policies.plan import ChunkLimits, LatencyChunkRule, step_rank
 from .admission import LoraSlots, admissible, admitting_queues, free_running_slots, pause_state
 from .admission import PAUSED_ALL
@@ -189,6 +192,12 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         self._vllm_reserve = super()._reserve_prefill_lookahead
         self._ranked = config.service == "ranked"
         self._decodes_first = config.decodes_first
+        self._tokens_per_decode = 1 + self.num_spec_tokens
+        self._decode_cap = (
+            decode_cap(config.decode_share, self.max_num_scheduled_tokens,
+                       self._tokens_per_decode)
+            if config.decode_share > 0 else 0
+        )
         self._hidden: list[Request] = []
         listeners = []
         if policy.uses_deadlines:
@@ -238,6 +247,8 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         if policy.dynamic and policy.refresh(self._now, self.get_kv_cache_usage()):
             self.waiting.rekey()
             self.kv_holding_waiting.rekey()
+        if self._decode_cap:
+            self._hold_newest_decodes(throttle_prefills)
         views = (
             {request.request_id: self._view(request) for request in self.running}
             if self._ranked or policy.orders_decodes
@@ -512,6 +523,49 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             )
             hidden.pop()
 
+    def _hold_newest_decodes(self, throttle_prefills: bool) -> None:
+        """``decode_share`` (``policies.decode_hold``): while prefill work waits, the last
+        decodes in vLLM's running order beyond the cap (the newest: vLLM appends what it
+        admits) wait in ``self._hidden`` for this step, and vLLM may admit as many
+        requests as before. Nothing is held when vLLM schedules no prefill this step, or
+        under KV pressure, where a held decode would keep blocks that vLLM then frees by
+        preempting a served request."""
+        running = self.running
+        decodes = [request for request in running if not request.is_prefill_chunk]
+        if len(decodes) <= self._decode_cap:
+            return
+        state = pause_state(self)
+        if state == PAUSED_ALL or self._defers_prefills(throttle_prefills):
+            return
+        budget = self.max_num_scheduled_tokens
+        needed = -(-budget // self.block_size) + len(running)
+        if self.kv_cache_manager.block_pool.get_num_free_blocks() < needed:
+            return
+        hold = decodes_to_hold(len(decodes), self._tokens_per_decode,
+                               self._prefill_work_within(budget), budget, self._decode_cap)
+        if not hold:
+            return
+        held = {id(request) for request in decodes[-hold:]}
+        self._hidden = [request for request in running if id(request) in held]
+        running[:] = [request for request in running if id(request) not in held]
+        self.max_num_active_reqs -= hold
+
+    def _prefill_work_within(self, budget: int) -> int:
+        """The prefill tokens this step could schedule, counted up to ``budget``: the
+        running prefills' remaining work, then the waiting requests vLLM can admit, in
+        the order it meets them, as many as it has free slots for."""
+        work = sum(prefill_work(r) for r in self.running if r.is_prefill_chunk)
+        slots = free_running_slots(self)
+        if work >= budget or slots <= 0:
+            return work
+        with closing(self._waiting_views()) as waiting:
+            for view in waiting:
+                work += view.remaining_prefill
+                slots -= 1
+                if work >= budget or slots == 0:
+                    break
+        return work
+
     def _plan_step(self, views: dict[str, RequestView],
                    throttle_prefills: bool = False) -> dict[str, int] | None:
         """Reorder ``self.running`` where asked and return the token caps of its partial
@@ -722,6 +776,9 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         policy = self.fairsched_policy.describe()
         if self._ranked:
             policy += f", ranked service (max_batch_size={self.fairsched_config.max_batch_size})"
+        if self._decode_cap:
+            policy += (f", decodes held to {self._decode_cap} per step while prefill work "
+                       f"waits (decode_share={self.fairsched_config.decode_share:g})")
         logger.info(
             "fairsched: scheduler %s active with policy %s (vLLM %s, platform %s, "
             "%s scheduling)",

@@ -1,0 +1,144 @@
+"""``decode_share``: holding back the newest decodes while prefill work waits, as a pure
+rule and in the real vLLM scheduler driven by fake model outputs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
+from fairsched_plugin.config import ConfigError, from_values  # noqa: E402
+from fairsched_plugin.policies.decode_hold import decode_cap, decodes_to_hold  # noqa: E402
+from fairsched_plugin.sim.fake_engine import (  # noqa: E402
+    OfflineEngine,
+    make_request,
+    make_scheduler,
+)
+from scheduler_driver import run_workload  # noqa: E402
+
+BUDGET = 64
+
+
+def test_the_cap_is_a_share_of_the_budget_in_decodes_and_never_zero():
+    assert decode_cap(0.25, 64, 1) == 16
+    assert decode_cap(0.25, 64, 4) == 4  # each decode carries 3 draft tokens
+    assert decode_cap(0.01, 64, 1) == 1
+
+
+def test_decodes_are_held_only_as_far_as_waiting_prefill_work_uses_their_budget():
+    # 20 decodes in a 64-token budget leave 44 for prefills; the cap of 16 would leave 48.
+    assert decodes_to_hold(20, 1, prefill_work=1000, token_budget=64, cap=16) == 4
+    assert decodes_to_hold(20, 1, prefill_work=46, token_budget=64, cap=16) == 2
+    assert decodes_to_hold(20, 1, prefill_work=44, token_budget=64, cap=16) == 0
+    assert decodes_to_hold(20, 1, prefill_work=0, token_budget=64, cap=16) == 0
+    assert decodes_to_hold(16, 1, prefill_work=1000, token_budget=64, cap=16) == 0
+    # Speculative decoding: a held decode frees 1 + k tokens.
+    assert decodes_to_hold(10, 4, prefill_work=1000, token_budget=64, cap=4) == 6
+    assert decodes_to_hold(10, 4, prefill_work=30, token_budget=64, cap=4) == 2
+
+
+def test_decode_share_is_validated():
+    assert from_values({"decode_share": 0.3}).decode_share == 0.3
+    assert from_values({}).decode_share == 0
+    with pytest.raises(ConfigError, match="decode_share must be a number >= 0 and < 1"):
+        from_values({"decode_share": 1})
+    with pytest.raises(ConfigError, match="decode_share needs service"):
+        from_values({"decode_share": 0.3, "service": "ranked"})
+
+
+def _engine(model_dir, config, cls=FairSyncScheduler, **kwargs) -> OfflineEngine:
+    kwargs.setdefault("max_num_batched_tokens", BUDGET)
+    kwargs.setdefault("async_scheduling", cls is FairScheduler)
+    return OfflineEngine(
+        make_scheduler(cls, model_dir, additional_config={"fairsched": config}, **kwargs)
+    )
+
+
+def _decoding(engine: OfflineEngine, count: int, output: int = 100) -> None:
+    """``count`` short requests, stepped until every one of them decodes."""
+    engine.add([make_request(f"d{i:02d}", 8, output, arrival_time=1000.0 + i)
+                for i in range(count)])
+    scheduler = engine.scheduler
+    while len(scheduler.running) < count or any(r.is_prefill_chunk for r in scheduler.running):
+        engine.step()
+
+
+def test_the_newest_decodes_beyond_the_share_wait_while_a_prompt_queues(config_only_model):
+    engine = _engine(config_only_model, {"policy": "fcfs", "decode_share": 0.25},
+                     max_num_seqs=32)
+    _decoding(engine, 20)
+    scheduler = engine.scheduler
+    assert len(engine.step().output.num_scheduled_tokens) == 20  # nothing waits: all served
+    engine.add([make_request("long", 1000, 4, arrival_time=2000.0)])
+    scheduled = engine.step().output.num_scheduled_tokens
+    assert scheduled["long"] == 48  # the budget less the 16 decodes of the cap
+    assert sorted(r for r in scheduled if r != "long") == [f"d{i:02d}" for i in range(16)]
+    # The held decodes keep running, with their KV blocks, and count against max_num_seqs.
+    assert len(scheduler.running) == 21
+    assert scheduler.max_num_active_reqs == 32
+
+
+def test_without_decode_share_the_same_step_serves_every_decode(config_only_model):
+    engine = _engine(config_only_model, {"policy": "fcfs"}, max_num_seqs=32)
+    _decoding(engine, 20)
+    engine.add([make_request("long", 1000, 4, arrival_time=2000.0)])
+    scheduled = engine.step().output.num_scheduled_tokens
+    assert scheduled["long"] == 44 and len(scheduled) == 21
+
+
+def test_held_decodes_do_not_open_slots_beyond_max_num_seqs(config_only_model):
+    """20 of 22 slots are taken by decodes: holding 4 of them back must not let vLLM admit
+    more than the 2 requests the free slots allow."""
+    engine = _engine(config_only_model, {"policy": "fcfs", "decode_share": 0.25},
+                     max_num_seqs=22)
+    _decoding(engine, 20)
+    engine.add([make_request(f"w{i}", 10, 4, arrival_time=2000.0 + i) for i in range(6)])
+    record = engine.step()
+    admitted = [r for r in record.output.num_scheduled_tokens if r.startswith("w")]
+    assert admitted == ["w0", "w1"]
+    assert len(engine.scheduler.running) == 22
+
+
+def _counting_holds(cls: type) -> type:
+    """``cls`` recording how many decodes each step held back."""
+
+    def _hold_newest_decodes(self, throttle_prefills):
+        cls._hold_newest_decodes(self, throttle_prefills)
+        self.holds.append(len(self._hidden))
+
+    return type(f"Counting{cls.__name__}", (cls,),
+                {"_hold_newest_decodes": _hold_newest_decodes})
+
+
+@pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
+@pytest.mark.parametrize("policy", ["fcfs", "guarded-srpf", "guarded-aging"])
+def test_everything_finishes_with_aborts_and_nothing_leaks(config_only_model, cls, policy):
+    num_blocks = 4000
+    engine = _engine(config_only_model, {"policy": policy, "decode_share": 0.1},
+                     cls=_counting_holds(cls), async_scheduling=cls is FairScheduler,
+                     max_num_seqs=32, num_blocks=num_blocks)
+    scheduler = engine.scheduler
+    scheduler.holds = []
+    rng = random.Random(3)
+    workload = sorted(
+        ((rng.randint(0, 60), make_request(f"r{i}", rng.choice([6, 20, 300, 900]),
+                                           rng.randint(10, 60), arrival_time=1000.0 + i))
+         for i in range(60)),
+        key=lambda item: item[0],
+    )
+
+    def check(_record):
+        assert len(scheduler.running) <= 32
+        assert not scheduler._hidden and scheduler.max_num_active_reqs == 32
+
+    aborted = run_workload(engine, workload, budget=BUDGET, abort_every=9, check=check)
+    assert aborted and max(scheduler.holds) > 0
+    finished = {rid for record in engine.steps for rid, tokens in record.sampled.items()
+                if tokens}
+    assert finished | aborted == {request.request_id for _, request in workload}
+    assert not scheduler.requests and not scheduler.running
+    assert len(scheduler.waiting) == 0 and len(scheduler.kv_holding_waiting) == 0
+    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == num_blocks - 1
