@@ -39,6 +39,7 @@ DEFAULT_SPACE = (
     "aging-spf", "spf",
     "guarded-srpf:slack={1,1.25,1.5}",
     "guarded-aging:slack={1,1.25,1.5,2}:auto_factor={0.1,0.25}",
+    "guarded-srpf:slack={1,1.25}:decode_share={0.25,0.33,0.4}",
     "preflow:age_doubling_s={0.1,1}", "hrrn",
     "fcfs+apc:apc.max_active_prefills={2,4,8}:apc.min_chunk={16,64}",
 )
