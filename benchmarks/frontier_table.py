@@ -36,7 +36,8 @@ TARGETS: dict[str, dict[str, tuple[str, float]]] = {
                  "Output tok/s": (">=", 0.95)},
     "light": {"P99 TTFT": ("<=", 1.1), "Mean E2E": ("<=", 1.1), "Output tok/s": (">=", 0.95)},
 }
-SHOWN = ("Median TTFT", "P99 TTFT", "Mean TTFT", "Mean E2E", "Output tok/s")
+SHOWN = ("Median TTFT", "P99 TTFT", "Mean TTFT", "Mean E2E", "Output tok/s", "Mean TPOT",
+         "P99 TPOT")
 
 
 def load_class(stock_median_ttft_s: float) -> str:

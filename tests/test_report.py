@@ -208,8 +208,9 @@ def test_paired_ratios_pair_repeats_per_case_and_client():
     from fairsched_plugin.bench.report import paired_ratios
 
     bench = {"ttft_p50_ms": 100.0, "ttft_mean_ms": 120.0, "ttft_p99_ms": 400.0,
-             "e2e_mean_ms": 2000.0, "output_tokens_per_s": 50.0, "completed": 4}
-    half = {**bench, "ttft_p50_ms": 50.0, "output_tokens_per_s": 55.0}
+             "e2e_mean_ms": 2000.0, "output_tokens_per_s": 50.0, "completed": 4,
+             "tpot_mean_ms": 20.0, "tpot_p99_ms": 40.0}
+    half = {**bench, "ttft_p50_ms": 50.0, "output_tokens_per_s": 55.0, "tpot_mean_ms": 30.0}
     data = {
         # repeat 1: TTFT 1 s; repeat 2: TTFT 3 s
         "stock": [{**repeat(1.0, 4.0), "vllm_bench": bench}, {**repeat(3.0, 6.0),
@@ -223,10 +224,17 @@ def test_paired_ratios_pair_repeats_per_case_and_client():
     assert [r[0] for r in replay] == pytest.approx([0.5, 0.5 / 3])
     assert [r[3] for r in replay] == pytest.approx([1.0, 1.0])  # mean E2E unchanged
     vllm = paired_ratios(analysis, "stock", "vllm_bench")["steady"]["new"]
-    assert vllm == [pytest.approx([0.5, 1.0, 1.0, 1.0, 1.1])] * 2
+    assert vllm == [pytest.approx([0.5, 1.0, 1.0, 1.0, 1.1, 1.5, 1.0])] * 2
     markdown = render_markdown(analysis, baseline="stock")
     assert "| new | 0.33x [0.17-0.50] |" in markdown
     assert "vllm bench serve" in markdown and "| new | 0.50x [0.50-0.50] | 1.00x" in markdown
+    # A report written before the TPOT columns existed: those ratios are unknown.
+    for runs_ in analysis.values():
+        for entry in runs_["repeats"]:
+            entry["vllm_bench"].pop("tpot_mean_ms", None)
+            entry["vllm_bench"].pop("tpot_p99_ms", None)
+    vllm = paired_ratios(analysis, "stock", "vllm_bench")["steady"]["new"]
+    assert [r[5:] for r in vllm] == [[None, None]] * 2
 
 
 def test_no_vllm_bench_table_without_its_figures():

@@ -408,6 +408,8 @@ PAIRED_COLUMNS = (
     ("P99 TTFT", ("latency", "ttft_s", "p99"), "ttft_p99_ms"),
     ("Mean E2E", ("latency", "e2e_s", "mean"), "e2e_mean_ms"),
     ("Output tok/s", ("throughput", "output_tokens_per_s"), "output_tokens_per_s"),
+    ("Mean TPOT", ("latency", "tpot_s", "mean"), "tpot_mean_ms"),
+    ("P99 TPOT", ("latency", "tpot_s", "p99"), "tpot_p99_ms"),
 )
 
 
@@ -423,7 +425,8 @@ def paired_ratios(
         if client == "replay":
             return [_stat(entry["summary"], *path) for _l, path, _k in PAIRED_COLUMNS]
         bench = entry.get("vllm_bench")
-        return None if bench is None else [bench[key] for _l, _p, key in PAIRED_COLUMNS]
+        # .get: reports written before a column existed lack its key.
+        return None if bench is None else [bench.get(key) for _l, _p, key in PAIRED_COLUMNS]
 
     out: dict[str, dict[str, list[list[float | None]]]] = {}
     for category in _categories(analysis):

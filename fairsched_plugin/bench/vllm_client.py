@@ -25,6 +25,8 @@ METRICS = {
     "ttft_p99_ms": "p99_ttft_ms",
     "e2e_mean_ms": "mean_e2el_ms",
     "output_tokens_per_s": "output_throughput",
+    "tpot_mean_ms": "mean_tpot_ms",
+    "tpot_p99_ms": "p99_tpot_ms",
     "completed": "completed",
 }
 """Report name -> key in ``vllm bench serve``'s saved result."""
