@@ -516,12 +516,19 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         self.max_num_active_reqs = min(
             self.max_num_active_reqs, len(self.running) + step.admissions
         )
-        needed = -(-self.max_num_scheduled_tokens // self.block_size) + len(self.running)
+        needed = self._blocks_to_grow()
         while hidden and self.kv_cache_manager.block_pool.get_num_free_blocks() < needed:
             self._preempt_request(
                 hidden[-1], time.monotonic(), drop_stale_output=self.requires_kv_delivery
             )
             hidden.pop()
+
+    def _blocks_to_grow(self) -> int:
+        """Free KV blocks the requests in ``self.running`` need for a full step: a
+        budget's worth of new tokens plus a block each. With fewer free, a request left out
+        of the step (hidden, held) would keep blocks vLLM then frees by preempting a
+        served one."""
+        return -(-self.max_num_scheduled_tokens // self.block_size) + len(self.running)
 
     def _hold_newest_decodes(self, throttle_prefills: bool) -> None:
         """``decode_share`` (``policies.decode_hold``): while prefill work waits, the last
@@ -534,13 +541,11 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         decodes = [request for request in running if not request.is_prefill_chunk]
         if len(decodes) <= self._decode_cap:
             return
-        state = pause_state(self)
-        if state == PAUSED_ALL or self._defers_prefills(throttle_prefills):
+        if pause_state(self) == PAUSED_ALL or self._defers_prefills(throttle_prefills):
+            return
+        if self.kv_cache_manager.block_pool.get_num_free_blocks() < self._blocks_to_grow():
             return
         budget = self.max_num_scheduled_tokens
-        needed = -(-budget // self.block_size) + len(running)
-        if self.kv_cache_manager.block_pool.get_num_free_blocks() < needed:
-            return
         hold = decodes_to_hold(len(decodes), self._tokens_per_decode,
                                self._prefill_work_within(budget), budget, self._decode_cap)
         if not hold:
