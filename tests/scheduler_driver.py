@@ -1,14 +1,41 @@
-"""Drive an :class:`OfflineEngine` through a planned workload, for scheduler tests: add
-each request at its step, check every step, abort some requests on a schedule."""
+"""What the scheduler tests share: build an :class:`OfflineEngine` over a scheduler class
+with a fairsched config, drive it through a planned workload (add each request at its
+step, check every step, abort some requests on a schedule), and check that nothing leaked."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.request import RequestStatus
 
-from fairsched_plugin.sim.fake_engine import OfflineEngine, StepRecord
+from fairsched_plugin.sim.fake_engine import OfflineEngine, StepRecord, make_scheduler
+
+
+def scheduler_engine(model_dir, fairsched: dict | None, cls: type, *, budget: int,
+                     **kwargs: Any) -> OfflineEngine:
+    """An engine over ``cls`` with ``fairsched`` as its ``additional_config["fairsched"]``
+    (None: no additional config) and a token budget of ``budget`` unless
+    ``max_num_batched_tokens`` is given. Async scheduling goes with the class, as vLLM
+    pairs them: on for an ``AsyncScheduler`` subclass, off otherwise."""
+    kwargs.setdefault("max_num_batched_tokens", budget)
+    kwargs.setdefault("async_scheduling", issubclass(cls, AsyncScheduler))
+    additional = None if fairsched is None else {"fairsched": fairsched}
+    return OfflineEngine(make_scheduler(cls, model_dir, additional_config=additional, **kwargs))
+
+
+def assert_nothing_left(engine: OfflineEngine, num_blocks: int) -> None:
+    """No request, running entry, queue entry (live or dead heap slot) or KV block is left
+    once everything finished or was aborted."""
+    scheduler = engine.scheduler
+    assert not scheduler.requests
+    assert not scheduler.running
+    for queue in (scheduler.waiting, scheduler.kv_holding_waiting):
+        assert len(queue) == 0
+        assert all(entry[-1] is None for entry in getattr(queue, "_heap", ()))
+    # Block 0 is vLLM's null block; everything else must be free again.
+    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == num_blocks - 1
 
 
 def run_workload(

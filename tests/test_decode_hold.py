@@ -15,9 +15,8 @@ from fairsched_plugin.policies.decode_hold import decode_cap, decodes_to_hold  #
 from fairsched_plugin.sim.fake_engine import (  # noqa: E402
     OfflineEngine,
     make_request,
-    make_scheduler,
 )
-from scheduler_driver import run_workload  # noqa: E402
+from scheduler_driver import assert_nothing_left, run_workload, scheduler_engine  # noqa: E402
 
 BUDGET = 64
 
@@ -50,11 +49,7 @@ def test_decode_share_is_validated():
 
 
 def _engine(model_dir, config, cls=FairSyncScheduler, **kwargs) -> OfflineEngine:
-    kwargs.setdefault("max_num_batched_tokens", BUDGET)
-    kwargs.setdefault("async_scheduling", cls is FairScheduler)
-    return OfflineEngine(
-        make_scheduler(cls, model_dir, additional_config={"fairsched": config}, **kwargs)
-    )
+    return scheduler_engine(model_dir, config, cls, budget=BUDGET, **kwargs)
 
 
 def _decoding(engine: OfflineEngine, count: int, output: int = 100) -> None:
@@ -139,6 +134,4 @@ def test_everything_finishes_with_aborts_and_nothing_leaks(config_only_model, cl
     finished = {rid for record in engine.steps for rid, tokens in record.sampled.items()
                 if tokens}
     assert finished | aborted == {request.request_id for _, request in workload}
-    assert not scheduler.requests and not scheduler.running
-    assert len(scheduler.waiting) == 0 and len(scheduler.kv_holding_waiting) == 0
-    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == num_blocks - 1
+    assert_nothing_left(engine, num_blocks)

@@ -24,7 +24,7 @@ from fairsched_plugin.sim.fake_engine import (  # noqa: E402
 from fairsched_plugin.predictor.features import FEATURE_NAMES  # noqa: E402
 from fairsched_plugin.predictor.runtime import PredictorError  # noqa: E402
 from linear_onnx import write_linear_model  # noqa: E402
-from scheduler_driver import run_workload  # noqa: E402
+from scheduler_driver import run_workload, scheduler_engine  # noqa: E402
 
 BUDGET = 256
 
@@ -36,12 +36,8 @@ def model(tmp_path):
 
 
 def _engine(model_dir, config, cls=FairSyncScheduler, **kwargs) -> OfflineEngine:
-    kwargs.setdefault("max_num_batched_tokens", BUDGET)
-    kwargs.setdefault("async_scheduling", cls is FairScheduler)
     kwargs.setdefault("num_blocks", 4000)
-    return OfflineEngine(
-        make_scheduler(cls, model_dir, additional_config={"fairsched": config}, **kwargs)
-    )
+    return scheduler_engine(model_dir, config, cls, budget=BUDGET, **kwargs)
 
 
 def _lprs(model, **extra):

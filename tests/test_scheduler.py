@@ -17,7 +17,7 @@ from fairsched_plugin.sim.fake_engine import (  # noqa: E402
     make_scheduler,
 )
 from fairsched_plugin.adapter.scheduler import has_prefill_work, request_view  # noqa: E402
-from scheduler_driver import run_workload  # noqa: E402
+from scheduler_driver import assert_nothing_left, run_workload, scheduler_engine  # noqa: E402
 
 BUDGET = 256
 # A fixed alpha: the default (automatic) alpha orders by arrival until it has measured
@@ -29,20 +29,7 @@ AGING_DECODES_FIRST = {"fairsched": {**AGING["fairsched"], "decodes_first": True
 
 
 def _engine(model_dir, cls=FairScheduler, config=AGING, **kwargs) -> OfflineEngine:
-    kwargs.setdefault("max_num_batched_tokens", BUDGET)
-    kwargs.setdefault("async_scheduling", issubclass(cls, AsyncScheduler))
-    return OfflineEngine(make_scheduler(cls, model_dir, additional_config=config, **kwargs))
-
-
-def _assert_nothing_left(engine: OfflineEngine, num_blocks: int) -> None:
-    scheduler = engine.scheduler
-    assert not scheduler.requests
-    assert not scheduler.running
-    for queue in (scheduler.waiting, scheduler.kv_holding_waiting):
-        assert len(queue) == 0
-        assert all(entry[-1] is None for entry in getattr(queue, "_heap", ()))
-    # Block 0 is vLLM's null block; everything else must be free again.
-    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == num_blocks - 1
+    return scheduler_engine(model_dir, config["fairsched"], cls, budget=BUDGET, **kwargs)
 
 
 @pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
@@ -153,7 +140,7 @@ def test_random_workload_respects_limits_and_finishes(config_only_model, cls, co
     _run_checked(engine, workload, max_num_seqs=8)
     finished = {r for r, _ in _outputs_of(engine)}
     assert finished == {request.request_id for _, request in workload}
-    _assert_nothing_left(engine, 4000)
+    assert_nothing_left(engine, 4000)
 
 
 def _outputs_of(engine: OfflineEngine):
@@ -171,7 +158,7 @@ def test_aborts_leave_no_blocks_or_queue_entries(config_only_model, cls):
         engine, _random_workload(seed=3, count=60), max_num_seqs=8, abort_every=5
     )
     assert aborted, "the scenario must abort some requests"
-    _assert_nothing_left(engine, 4000)
+    assert_nothing_left(engine, 4000)
 
 
 class _VictimRecordingScheduler(FairScheduler):
@@ -217,7 +204,7 @@ def test_preemption_takes_lowest_priority_and_leaks_nothing(config_only_model):
     assert all(lowest for _req, lowest in scheduler.victims), scheduler.victims
     finished = {r for r, _ in _outputs_of(engine)}
     assert finished == {request.request_id for _, request in workload}
-    _assert_nothing_left(engine, num_blocks)
+    assert_nothing_left(engine, num_blocks)
 
 
 def test_preemption_victim_is_the_partial_prefill_not_a_later_decode(config_only_model):
@@ -245,7 +232,7 @@ def test_preemption_victim_is_the_partial_prefill_not_a_later_decode(config_only
         assert steps < 500
     assert scheduler.victims[0] == ("long", True)
     engine.run_until_idle()
-    _assert_nothing_left(engine, num_blocks)
+    assert_nothing_left(engine, num_blocks)
 
 
 def test_without_decodes_first_the_victim_is_vllms_newest_request(config_only_model):
@@ -263,7 +250,7 @@ def test_without_decodes_first_the_victim_is_vllms_newest_request(config_only_mo
         engine.step()
     assert scheduler.victims[0][0] == "s1"
     engine.run_until_idle()
-    _assert_nothing_left(engine, 40)
+    assert_nothing_left(engine, 40)
 
 
 def test_bad_config_stops_scheduler_construction(config_only_model):
@@ -434,7 +421,7 @@ def test_guarded_srpf_counts_every_served_prefill_token(config_only_model):
     engine.run_until_idle()
     assert scheduler.fairsched_policy.guard.served == sum(prompts)
     assert not scheduler._deadlines
-    _assert_nothing_left(engine, 4000)
+    assert_nothing_left(engine, 4000)
 
 
 @pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
@@ -446,7 +433,7 @@ def test_guarded_srpf_random_workload_with_aborts_leaks_nothing(config_only_mode
     assert aborted
     assert not engine.scheduler._deadlines
     assert engine.scheduler.waiting.work == 0
-    _assert_nothing_left(engine, 300)
+    assert_nothing_left(engine, 300)
 
 
 @pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])

@@ -12,7 +12,7 @@ pytest.importorskip("vllm")
 from vllm.v1.request import RequestStatus  # noqa: E402
 
 from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
-from scheduler_driver import run_workload  # noqa: E402
+from scheduler_driver import assert_nothing_left, run_workload, scheduler_engine  # noqa: E402
 from fairsched_plugin.sim.fake_engine import (  # noqa: E402
     OfflineEngine,
     make_request,
@@ -24,11 +24,7 @@ POLICIES = ("fifo", "tier", "spf", "lpf", "srtf", "aging-spf", "estf", "af-lcb")
 
 
 def _engine(model_dir, config, cls=FairScheduler, **kwargs) -> OfflineEngine:
-    kwargs.setdefault("max_num_batched_tokens", BUDGET)
-    kwargs.setdefault("async_scheduling", cls is FairScheduler)
-    return OfflineEngine(
-        make_scheduler(cls, model_dir, additional_config={"fairsched": config}, **kwargs)
-    )
+    return scheduler_engine(model_dir, config, cls, budget=BUDGET, **kwargs)
 
 
 def _workload(seed: int, count: int) -> list[tuple[int, object]]:
@@ -51,14 +47,6 @@ def _finished(engine: OfflineEngine) -> set[str]:
     return {rid for record in engine.steps for rid, tokens in record.sampled.items() if tokens}
 
 
-def _assert_nothing_left(engine: OfflineEngine, num_blocks: int) -> None:
-    scheduler = engine.scheduler
-    assert not scheduler.requests and not scheduler.running
-    for queue in (scheduler.waiting, scheduler.kv_holding_waiting):
-        assert len(queue) == 0
-    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == num_blocks - 1
-
-
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("service", ["budget", "ranked"])
 def test_every_policy_finishes_everything_with_aborts_and_leaks_nothing(
@@ -71,7 +59,7 @@ def test_every_policy_finishes_everything_with_aborts_and_leaks_nothing(
     aborted = _run(engine, workload, abort_every=7)
     assert aborted
     assert _finished(engine) | aborted == {request.request_id for _, request in workload}
-    _assert_nothing_left(engine, 4000)
+    assert_nothing_left(engine, 4000)
 
 
 @pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
@@ -92,7 +80,7 @@ def test_ranked_serves_at_most_max_batch_size_and_everything_finishes(config_onl
     _run(engine, workload, check=check)
     assert max(widths) == 3
     assert _finished(engine) == {request.request_id for _, request in workload}
-    _assert_nothing_left(engine, 4000)
+    assert_nothing_left(engine, 4000)
 
 
 def test_ranked_hides_a_running_request_when_a_better_one_arrives(config_only_model):
@@ -140,7 +128,7 @@ def test_ranked_under_kv_pressure_preempts_hidden_requests_instead_of_stalling(
     _run(engine, workload)
     assert scheduler.victims and all(hidden for _rid, hidden in scheduler.victims)
     assert _finished(engine) == {request.request_id for _, request in workload}
-    _assert_nothing_left(engine, num_blocks)
+    assert_nothing_left(engine, num_blocks)
 
 
 def test_tier_policy_admits_the_urgent_tier_first(config_only_model):

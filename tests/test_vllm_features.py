@@ -26,20 +26,17 @@ from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
 from fairsched_plugin.sim.fake_engine import (  # noqa: E402
     OfflineEngine,
     make_request,
-    make_scheduler,
 )
 from fairsched_plugin.adapter.queue import PriorityLevelQueue  # noqa: E402
 from fairsched_plugin.adapter.scheduler import per_engine_path  # noqa: E402
+from scheduler_driver import scheduler_engine  # noqa: E402
 
 BUDGET = 256
 AGING = {"policy": "aging", "aging": {"alpha": 37.5}}
 
 
 def _engine(model_dir, fairsched: dict, cls=FairSyncScheduler, **kwargs) -> OfflineEngine:
-    kwargs.setdefault("max_num_batched_tokens", BUDGET)
-    kwargs.setdefault("async_scheduling", issubclass(cls, AsyncScheduler))
-    return OfflineEngine(make_scheduler(cls, model_dir, additional_config={"fairsched": fairsched},
-                                        **kwargs))
+    return scheduler_engine(model_dir, fairsched, cls, budget=BUDGET, **kwargs)
 
 
 def _grammar_blocked(request_id: str, prompt_tokens: int, arrival_time: float):
