@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,12 +76,14 @@ def make_scheduler(
     scheduling_policy: str = "fcfs",
     long_prefill_token_threshold: int = 0,
     ngram_speculative_tokens: int = 0,
+    clock: Callable[[], float] | None = None,
 ) -> Scheduler:
     """A real scheduler of ``scheduler_cls`` over a fake KV cache of ``num_blocks`` blocks.
 
     ``scheduling_policy`` is vLLM's (``fcfs`` or ``priority``);
     ``ngram_speculative_tokens`` turns on n-gram speculative decoding with that many
-    draft tokens (no draft model is needed)."""
+    draft tokens (no draft model is needed); ``clock`` replaces a fairsched scheduler's
+    wall clock (stock vLLM's takes none)."""
     model_config = ModelConfig(
         model=str(model_dir), dtype="float32", seed=42, skip_tokenizer_init=True
     )
@@ -137,6 +139,7 @@ def make_scheduler(
         structured_output_manager=StructuredOutputManager(vllm_config),
         block_size=block_size,
         log_stats=True,
+        **({} if clock is None else {"clock": clock}),
     )
 
 
