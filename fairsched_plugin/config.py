@@ -172,6 +172,7 @@ class FairschedConfig:
     max_batch_size: int = 16
     decodes_first: bool = False
     decode_share: float = 0.0
+    decode_share_max_tpot_ms: float = 0.0
     prefix_aware: bool = True
     guarded_srpf: GuardedSRPFConfig = field(default_factory=GuardedSRPFConfig)
     guarded_aging: GuardedAgingConfig = field(default_factory=GuardedAgingConfig)
@@ -257,6 +258,11 @@ KEYS: tuple[_Key, ...] = (
          "a number >= 0 and < 1 (while prefill work waits, decodes get at most this share "
          "of the token budget and the newest are held back; 0: off, vLLM's own service)",
          lambda v: 0 <= v < 1, see="docs/policies.md#holding-back-decodes-decode_share"),
+    _Key("decode_share_max_tpot_ms", float,
+         "a number >= 0 (with decode_share: a decode is no longer held once its time per "
+         "output token since its first decode step reaches this many milliseconds; 0: no "
+         "bound, the newest are held for as long as prefill work waits)",
+         lambda v: v >= 0, see="docs/policies.md#a-tpot-bound-on-the-hold"),
     _Key("prefix_aware", bool,
          "true or false (a waiting request's remaining prefill is its part not in vLLM's "
          "prefix cache, looked up when it enters the queue; false counts the whole prompt)"),
@@ -579,6 +585,11 @@ def _build(values: Mapping[str, Any]) -> FairschedConfig:
         raise ConfigError(
             "fairsched config: decode_share needs service \"budget\": ranked service "
             "already decides which running requests a step serves")
+    if config.decode_share_max_tpot_ms > 0 and config.decode_share == 0:
+        raise ConfigError(
+            "fairsched config: decode_share_max_tpot_ms bounds the decode hold and needs "
+            "decode_share > 0 (the share of the budget decodes keep while prefill work "
+            "waits)")
     if lprs.enabled and not config.predictor.path:
         raise ConfigError(
             "fairsched config: lprs.enabled needs predictor.path, the ONNX latency model "

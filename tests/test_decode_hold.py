@@ -3,6 +3,7 @@ rule and in the real vLLM scheduler driven by fake model outputs."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -11,7 +12,11 @@ pytest.importorskip("vllm")
 
 from fairsched_plugin import FairScheduler, FairSyncScheduler  # noqa: E402
 from fairsched_plugin.config import ConfigError, from_values  # noqa: E402
-from fairsched_plugin.policies.decode_hold import decode_cap, decodes_to_hold  # noqa: E402
+from fairsched_plugin.policies.decode_hold import (  # noqa: E402
+    decode_cap,
+    decodes_to_hold,
+    newest_within_tpot,
+)
 from fairsched_plugin.sim.fake_engine import (  # noqa: E402
     OfflineEngine,
     make_request,
@@ -48,6 +53,30 @@ def test_decode_share_is_validated():
         from_values({"decode_share": 0.3, "service": "ranked"})
 
 
+def test_under_a_tpot_bound_the_newest_decodes_still_within_it_are_held():
+    # Oldest first: (seconds since the first decode step, tokens generated since).
+    times = [(1.0, 50), (0.5, 2), (0.3, 10), (0.0, 0)]
+    # Time per token: 0.02, 0.25, 0.03 and (no token yet) 0 s.
+    assert newest_within_tpot(times, hold=2, max_tpot_s=0.1) == [3, 2]
+    assert newest_within_tpot(times, hold=3, max_tpot_s=0.1) == [3, 2, 0]
+    assert newest_within_tpot(times, hold=9, max_tpot_s=0.01) == [3]
+    assert newest_within_tpot(times, hold=2, max_tpot_s=1.0) == [3, 2]
+    assert newest_within_tpot(times, hold=0, max_tpot_s=1.0) == []
+    # A decode with no token yet may wait one bound's length, and no longer.
+    assert newest_within_tpot([(0.09, 0)], hold=1, max_tpot_s=0.1) == [0]
+    assert newest_within_tpot([(0.1, 0)], hold=1, max_tpot_s=0.1) == []
+
+
+def test_the_tpot_bound_is_validated():
+    config = from_values({"decode_share": 0.3, "decode_share_max_tpot_ms": 150})
+    assert config.decode_share_max_tpot_ms == 150
+    assert from_values({}).decode_share_max_tpot_ms == 0
+    with pytest.raises(ConfigError, match="decode_share_max_tpot_ms must be a number >= 0"):
+        from_values({"decode_share": 0.3, "decode_share_max_tpot_ms": -5})
+    with pytest.raises(ConfigError, match="needs decode_share > 0"):
+        from_values({"decode_share_max_tpot_ms": 150})
+
+
 def _engine(model_dir, config, cls=FairSyncScheduler, **kwargs) -> OfflineEngine:
     return scheduler_engine(model_dir, config, cls, budget=BUDGET, **kwargs)
 
@@ -74,6 +103,33 @@ def test_the_newest_decodes_beyond_the_share_wait_while_a_prompt_queues(config_o
     # The held decodes keep running, with their KV blocks, and count against max_num_seqs.
     assert len(scheduler.running) == 21
     assert scheduler.max_num_active_reqs == 32
+
+
+def test_a_decode_past_the_tpot_bound_runs_and_the_hold_shrinks(config_only_model):
+    """On a clock the test moves: d19, the newest, has made no progress for longer than
+    the bound allows, so it runs, and the hold shrinks to the three others beyond the cap
+    (the oldest sixteen are never held); once every held decode has reached the bound,
+    none is held and all twenty run."""
+    now = [0.0]
+    engine = _engine(config_only_model,
+                     {"policy": "fcfs", "decode_share": 0.25, "decode_share_max_tpot_ms": 100},
+                     max_num_seqs=32, clock=lambda: now[0])
+    _decoding(engine, 20)
+    engine.step()  # every decode's clock starts here
+    scheduler = engine.scheduler
+    d19 = scheduler.requests["d19"]
+    scheduler._decode_start["d19"] = (-1.0, d19.num_output_tokens)  # 1 s, no token since
+    engine.add([make_request("long", 1000, 4, arrival_time=2000.0)])
+    now[0] = 0.05
+    scheduled = engine.step().output.num_scheduled_tokens
+    held = {f"d{i:02d}" for i in range(20)} - set(scheduled)
+    assert held == {"d16", "d17", "d18"}
+    assert scheduled["long"] == 47
+    # The held four got no token in that step; a second later all are past the bound.
+    now[0] = 1.05
+    scheduled = engine.step().output.num_scheduled_tokens
+    assert {f"d{i:02d}" for i in range(20)} <= set(scheduled)
+    assert scheduled["long"] == 44
 
 
 def test_without_decode_share_the_same_step_serves_every_decode(config_only_model):
@@ -110,11 +166,16 @@ def _counting_holds(cls: type) -> type:
 
 @pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
 @pytest.mark.parametrize("policy", ["fcfs", "guarded-srpf", "guarded-aging"])
-def test_everything_finishes_with_aborts_and_nothing_leaks(config_only_model, cls, policy):
+@pytest.mark.parametrize("max_tpot_ms", [0, 30])
+def test_everything_finishes_with_aborts_and_nothing_leaks(config_only_model, cls, policy,
+                                                           max_tpot_ms):
     num_blocks = 4000
-    engine = _engine(config_only_model, {"policy": policy, "decode_share": 0.1},
+    ticks = itertools.count()  # a clock 10 ms further on at every step
+    engine = _engine(config_only_model, {"policy": policy, "decode_share": 0.1,
+                                         "decode_share_max_tpot_ms": max_tpot_ms},
                      cls=_counting_holds(cls), async_scheduling=cls is FairScheduler,
-                     max_num_seqs=32, num_blocks=num_blocks)
+                     max_num_seqs=32, num_blocks=num_blocks,
+                     clock=lambda: next(ticks) * 0.01)
     scheduler = engine.scheduler
     scheduler.holds = []
     rng = random.Random(3)
@@ -135,3 +196,4 @@ def test_everything_finishes_with_aborts_and_nothing_leaks(config_only_model, cl
                 if tokens}
     assert finished | aborted == {request.request_id for _, request in workload}
     assert_nothing_left(engine, num_blocks)
+    assert not scheduler._decode_start

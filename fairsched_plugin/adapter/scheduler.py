@@ -81,7 +81,7 @@ from ..policies import (
     plan_prefill_caps,
     ranked_service,
 )
-from ..policies.decode_hold import decode_cap, decodes_to_hold
+from ..policies.decode_hold import decode_cap, decodes_to_hold, newest_within_tpot
 from ..policies.plan import ChunkLimits, LatencyChunkRule, step_rank
 from .admission import LoraSlots, admissible, admitting_queues, free_running_slots, pause_state
 from .admission import PAUSED_ALL
@@ -199,6 +199,10 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             if config.decode_share > 0 else 0
         )
         self._hidden: list[Request] = []
+        self._max_tpot_s = config.decode_share_max_tpot_ms / 1000
+        self._decode_start: dict[str, tuple[float, int]] = {}
+        """Under a TPOT bound: when each request that may be held was first seen
+        decoding, and its output tokens then."""
         listeners = []
         if policy.uses_deadlines:
             listeners.append(self._observe_served)
@@ -292,6 +296,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             self._chunk_rule.forget(request.request_id)
         self._deadlines.pop(request.request_id, None)
         self._cached_prefix.pop(request.request_id, None)
+        self._decode_start.pop(request.request_id, None)
         return super()._free_request(request, *args, **kwargs)
 
     def _reserve_prefill_lookahead(
@@ -539,6 +544,14 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         preempting a served request."""
         running = self.running
         decodes = [request for request in running if not request.is_prefill_chunk]
+        if self._max_tpot_s:
+            for request in decodes:
+                self._decode_start.setdefault(
+                    request.request_id, (self._now, request.num_output_tokens))
+            if any(request.is_prefill_chunk for request in running[:len(decodes)]):
+                # A held decode returns behind the step's prefills, where vLLM's loop
+                # would leave it without budget after the bound says it must run.
+                running[:] = decodes + [r for r in running if r.is_prefill_chunk]
         if len(decodes) <= self._decode_cap:
             return
         if pause_state(self) == PAUSED_ALL or self._defers_prefills(throttle_prefills):
@@ -548,12 +561,26 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         budget = self.max_num_scheduled_tokens
         hold = decodes_to_hold(len(decodes), self._tokens_per_decode,
                                self._prefill_work_within(budget), budget, self._decode_cap)
-        if not hold:
+        held = self._within_tpot(decodes[self._decode_cap:], hold) if hold else []
+        if not held:
             return
-        held = {id(request) for request in decodes[-hold:]}
-        self._hidden = [request for request in running if id(request) in held]
-        running[:] = [request for request in running if id(request) not in held]
-        self.max_num_active_reqs -= hold
+        ids = {id(request) for request in held}
+        self._hidden = [request for request in running if id(request) in ids]
+        running[:] = [request for request in running if id(request) not in ids]
+        self.max_num_active_reqs -= len(held)
+
+    def _within_tpot(self, holdable: list[Request], hold: int) -> list[Request]:
+        """The ``hold`` newest of ``holdable``, or under ``decode_share_max_tpot_ms`` the
+        newest of them whose time per output token since their first decode step is
+        still below the bound (possibly fewer)."""
+        if not self._max_tpot_s:
+            return holdable[-hold:]
+        now, starts = self._now, self._decode_start
+        times = []
+        for request in holdable:
+            start, tokens = starts[request.request_id]
+            times.append((now - start, request.num_output_tokens - tokens))
+        return [holdable[i] for i in newest_within_tpot(times, hold, self._max_tpot_s)]
 
     def _prefill_work_within(self, budget: int) -> int:
         """The prefill tokens this step could schedule, counted up to ``budget``: the
@@ -784,6 +811,10 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         if self._decode_cap:
             policy += (f", decodes held to {self._decode_cap} per step while prefill work "
                        f"waits (decode_share={self.fairsched_config.decode_share:g})")
+            if self._max_tpot_s:
+                policy += (", none held beyond "
+                           f"{self.fairsched_config.decode_share_max_tpot_ms:g} ms per output "
+                           "token")
         logger.info(
             "fairsched: scheduler %s active with policy %s (vLLM %s, platform %s, "
             "%s scheduling)",

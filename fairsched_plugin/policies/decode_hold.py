@@ -12,6 +12,11 @@ The newest decodes are the ones held back, as vLLM preempts the newest first: ol
 requests keep finishing, which frees their slots and KV blocks soonest. A decode is held
 only when the prefill work waiting would take its budget, and at least one decode always
 runs, so generation never stops.
+
+Newest-first puts the whole wait on a few requests: their streams stall for as long as a
+queue lasts. A TPOT bound (``decode_share_max_tpot_ms``) spreads it only as far as the
+user allows: a decode whose time per output token since its first decode step has
+reached the bound is not held, and the next newer one that has not is held instead.
 """
 
 from __future__ import annotations
@@ -37,3 +42,20 @@ def decodes_to_hold(num_decodes: int, tokens_per_decode: int, prefill_work: int,
     if wanted <= room:
         return 0
     return min(num_decodes - cap, -(-(wanted - room) // tokens_per_decode))
+
+
+def newest_within_tpot(decode_times: list[tuple[float, int]], hold: int,
+                       max_tpot_s: float) -> list[int]:
+    """The decodes to hold under a TPOT bound: indices into ``decode_times``, the
+    holdable decodes oldest first as ``(seconds since the first decode step, tokens
+    generated since)``, newest first and at most ``hold`` of them, leaving out each one
+    whose time per token so far has reached ``max_tpot_s`` (a decode with no token yet
+    counts as one token, so a new decode may wait one bound's length)."""
+    chosen: list[int] = []
+    for index in range(len(decode_times) - 1, -1, -1):
+        if len(chosen) == hold:
+            break
+        elapsed, tokens = decode_times[index]
+        if elapsed < max_tpot_s * max(tokens, 1):
+            chosen.append(index)
+    return chosen
