@@ -70,13 +70,14 @@ def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path
 
 def test_environment_alone_switches_it_on(tiny_model: Path, tmp_path: Path):
     env = {"FAIRSCHED_POLICY": "aging", "FAIRSCHED_AGING_ALPHA": "150",
-           "FAIRSCHED_DECODE_SHARE": "0.3"}
+           "FAIRSCHED_DECODE_SHARE": "0.3", "FAIRSCHED_DECODE_SHARE_MAX_TPOT_MS": "150"}
     with running_server(str(tiny_model), tmp_path / "server.log", ENGINE_ARGS, env=env) as server:
         _assert_streamed(_query_all(server))
         log = server.log_text()
     assert "FAIRSCHED_POLICY=aging and no --scheduler-cls: using fairsched_plugin.FairScheduler" in log
     assert ("active with policy aging(alpha=150, beta=-1), decodes held to 76 per step "
-            "while prefill work waits (decode_share=0.3)") in log
+            "while prefill work waits (decode_share=0.3), none held beyond 150 ms per "
+            "output token") in log
 
 
 @pytest.mark.parametrize(

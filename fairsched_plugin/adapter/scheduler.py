@@ -201,8 +201,8 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         self._hidden: list[Request] = []
         self._max_tpot_s = config.decode_share_max_tpot_ms / 1000
         self._decode_start: dict[str, tuple[float, int]] = {}
-        """Under a TPOT bound: when each request that may be held was first seen
-        decoding, and its output tokens then."""
+        """Under a TPOT bound: when each running request was first seen decoding, and
+        its output tokens then."""
         listeners = []
         if policy.uses_deadlines:
             listeners.append(self._observe_served)
@@ -328,6 +328,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             queue.remove_request(session)
         super()._update_request_as_session(session, update)
         self._cached_prefix.pop(session.request_id, None)
+        self._decode_start.pop(session.request_id, None)  # its next turn decodes anew
         if queue is not None:
             queue.add_request(session)
 

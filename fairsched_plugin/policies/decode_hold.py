@@ -14,9 +14,10 @@ only when the prefill work waiting would take its budget, and at least one decod
 runs, so generation never stops.
 
 Newest-first puts the whole wait on a few requests: their streams stall for as long as a
-queue lasts. A TPOT bound (``decode_share_max_tpot_ms``) spreads it only as far as the
-user allows: a decode whose time per output token since its first decode step has
-reached the bound is not held, and the next newer one that has not is held instead.
+queue lasts. A TPOT bound (``decode_share_max_tpot_ms``) caps it where the user says: a
+decode whose time per output token since its first decode step has reached the bound is
+not held; the next older one beyond the share that has not is held in its place, and when
+none is left the hold shrinks (the decodes within the share are never held).
 """
 
 from __future__ import annotations
