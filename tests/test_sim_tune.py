@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from argparse import Namespace
 from pathlib import Path
+
+import pytest
 
 from fairsched_plugin.bench.workloads import WorkloadRequest
 from fairsched_plugin.config import load_config
-from fairsched_plugin.sim.tune import Candidate, expand, frontier
+from fairsched_plugin.sim.tune import Candidate, expand, frontier, judge
 
 
 def _case(path: Path) -> Path:
@@ -38,6 +41,20 @@ def test_frontier_drops_dominated_points() -> None:
     assert [x.arm for x in frontier([a, b, c])] == ["a", "b"]
 
 
+def test_a_tpot_cap_rules_out_a_candidate_whose_stream_stalls() -> None:
+    base = Candidate("stock", 1.0, 2.0, 5.0, 100.0, tpot_p99=0.05)
+    stalls = Candidate("held", 0.2, 2.0, 5.0, 100.0, tpot_p99=0.30)  # 6x stock's TPOT
+    bounded = Candidate("bounded", 0.3, 2.0, 5.0, 100.0, tpot_p99=0.10)  # 2x
+    limits = Namespace(max_p99_ratio=1.1, max_e2e_ratio=1.0, min_throughput_ratio=0.95,
+                       max_tpot_ratio=None)
+    judge([base, stalls, bounded], base, limits)
+    assert stalls.feasible and bounded.feasible
+    assert stalls.ratios[4] == pytest.approx(6.0) and bounded.ratios[4] == pytest.approx(2.0)
+    limits.max_tpot_ratio = 3.0
+    judge([base, stalls, bounded], base, limits)
+    assert not stalls.feasible and bounded.feasible
+
+
 def test_tune_finds_the_known_best(tmp_path: Path, capsys) -> None:
     from fairsched_plugin.cli import main
 
@@ -48,7 +65,9 @@ def test_tune_finds_the_known_best(tmp_path: Path, capsys) -> None:
                  "--max-num-seqs", "16", "--max-p99-ratio", "100", "--max-e2e-ratio", "100",
                  "--min-throughput-ratio", "0", "--out", str(out)])
     assert code == 0
-    assert "best: aging:alpha=0.001" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "best: aging:alpha=0.001" in printed
+    assert "| P99 TPOT (ms) |" in printed
     config = json.loads((out / "best.json").read_text())
     assert load_config(config, environ={}).aging.alpha == 0.001
     assert (out / "tune.png").stat().st_size > 0
@@ -74,6 +93,21 @@ def test_a_candidate_no_faster_than_stock_does_not_win(tmp_path: Path, capsys) -
     code = main(["tune", "--case", str(_case(tmp_path / "case.jsonl")),
                  "--space", "fcfs", "--step-model", "linear:2:0.1",
                  "--max-num-batched-tokens", "64", "--max-num-seqs", "16",
+                 "--out", str(tmp_path / "t")])
+    assert code == 1
+    assert "stock vLLM stays best" in capsys.readouterr().out
+
+
+def test_a_tpot_cap_no_candidate_meets_leaves_stock(tmp_path: Path, capsys) -> None:
+    """The known best of the first test decodes no faster than stock: asking for half of
+    stock's P99 TPOT leaves no candidate."""
+    from fairsched_plugin.cli import main
+
+    code = main(["tune", "--case", str(_case(tmp_path / "case.jsonl")),
+                 "--space", "aging:alpha={0.001,1000000}",
+                 "--step-model", "linear:2:0.1", "--max-num-batched-tokens", "64",
+                 "--max-num-seqs", "16", "--max-p99-ratio", "100", "--max-e2e-ratio", "100",
+                 "--min-throughput-ratio", "0", "--max-tpot-ratio", "0.5",
                  "--out", str(tmp_path / "t")])
     assert code == 1
     assert "stock vLLM stays best" in capsys.readouterr().out

@@ -2,7 +2,9 @@
 step-time model, against stock vLLM.
 
 The objective (defaults from issue 13): the lowest median TTFT among candidates whose P99
-TTFT is at most 1.1x stock's, mean E2E at most 1.0x and output throughput at least 0.95x.
+TTFT is at most 1.1x stock's, mean E2E at most 1.0x and output throughput at least 0.95x;
+optionally (``--max-tpot-ratio``) the P99 request's time per output token at most that
+ratio of stock's, because holding decodes back (``decode_share``) buys TTFT with TPOT.
 Every candidate is an arm spec (``bench.arms``), so the winner runs unchanged in
 ``fairsched bench`` and its config prints as the ``--additional-config`` JSON.
 """
@@ -40,6 +42,7 @@ DEFAULT_SPACE = (
     "guarded-srpf:slack={1,1.25,1.5}",
     "guarded-aging:slack={1,1.25,1.5,2}:auto_factor={0.1,0.25}",
     "guarded-srpf:slack={1,1.25}:decode_share={0.25,0.33,0.4}",
+    "guarded-srpf:slack=1.25:decode_share=0.3:decode_share_max_tpot_ms={100,150,250}",
     "preflow:age_doubling_s={0.1,1}", "hrrn",
     "fcfs+apc:apc.max_active_prefills={2,4,8}:apc.min_chunk={16,64}",
 )
@@ -53,8 +56,11 @@ class Candidate:
     ttft_p99: float
     e2e_mean: float
     throughput: float
+    tpot_p99: float = 0.0
+    """The P99 over requests of each request's time per output token (s)."""
     feasible: bool = False
-    ratios: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
+    ratios: tuple[float, float, float, float, float] = (1.0, 1.0, 1.0, 1.0, 1.0)
+    """Median and P99 TTFT, mean E2E, throughput and P99 TPOT, over stock's."""
 
 
 def expand(spec: str) -> list[str]:
@@ -70,24 +76,28 @@ def expand(spec: str) -> list[str]:
     return ["".join(choice) for choice in itertools.product(*parts)]
 
 
-def metrics_of(runs: Sequence[dict[str, Any]]) -> tuple[float, float, float, float]:
-    """Median and P99 TTFT, mean E2E (s) and output tokens/s, averaged over the runs
-    (cases and seeds)."""
+def metrics_of(runs: Sequence[dict[str, Any]]) -> tuple[float, float, float, float, float]:
+    """Median and P99 TTFT, mean E2E (s), output tokens/s and the P99 request's TPOT (s),
+    averaged over the runs (cases and seeds)."""
     summaries = [summarize_run(run["requests"]) for run in runs]
     lat = [s["latency"] for s in summaries]
     return (float(np.mean([x["ttft_s"]["p50"] for x in lat])),
             float(np.mean([x["ttft_s"]["p99"] for x in lat])),
             float(np.mean([x["e2e_s"]["mean"] for x in lat])),
-            float(np.mean([s["throughput"]["output_tokens_per_s"] for s in summaries])))
+            float(np.mean([s["throughput"]["output_tokens_per_s"] for s in summaries])),
+            float(np.mean([x["tpot_s"]["p99"] for x in lat])))
 
 
 def judge(candidates: list[Candidate], base: Candidate, limits: argparse.Namespace) -> None:
     for c in candidates:
         c.ratios = (c.ttft_p50 / base.ttft_p50, c.ttft_p99 / base.ttft_p99,
-                    c.e2e_mean / base.e2e_mean, c.throughput / base.throughput)
+                    c.e2e_mean / base.e2e_mean, c.throughput / base.throughput,
+                    c.tpot_p99 / base.tpot_p99 if base.tpot_p99 > 0 else 1.0)
         c.feasible = (c.ratios[1] <= limits.max_p99_ratio + 1e-12
                       and c.ratios[2] <= limits.max_e2e_ratio + 1e-12
-                      and c.ratios[3] >= limits.min_throughput_ratio - 1e-12)
+                      and c.ratios[3] >= limits.min_throughput_ratio - 1e-12
+                      and (limits.max_tpot_ratio is None
+                           or c.ratios[4] <= limits.max_tpot_ratio + 1e-12))
 
 
 def frontier(candidates: list[Candidate]) -> list[Candidate]:
@@ -157,6 +167,10 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-p99-ratio", type=float, default=1.1)
     parser.add_argument("--max-e2e-ratio", type=float, default=1.0)
     parser.add_argument("--min-throughput-ratio", type=float, default=0.95)
+    parser.add_argument("--max-tpot-ratio", type=float, default=None,
+                        help="also cap the P99 request's time per output token at this "
+                             "ratio of stock's (default: no cap; held decodes trade TPOT "
+                             "for TTFT)")
     parser.add_argument("--out", type=Path, default=Path("runs/tune"))
     add_engine_arguments(parser)
     parser.set_defaults(func=main)
@@ -174,14 +188,15 @@ def main(args: argparse.Namespace) -> int:
     winner = best(candidates, base)
     args.out.mkdir(parents=True, exist_ok=True)
     lines = ["| candidate | TTFT P50 (ms) | TTFT P99 (ms) | E2E mean (ms) | tok/s | "
-             "P50 / P99 / E2E / tok/s vs stock | feasible | frontier |",
-             "|---|---|---|---|---|---|---|---|"]
+             "P99 TPOT (ms) | P50 / P99 / E2E / tok/s / TPOT vs stock | feasible | frontier |",
+             "|---|---|---|---|---|---|---|---|---|"]
     front = {c.arm for c in frontier(candidates)}
     for c in [base, *sorted(candidates, key=lambda c: (not c.feasible, c.ttft_p50))]:
         r = c.ratios
         lines.append(f"| {c.arm} | {c.ttft_p50 * 1e3:.0f} | {c.ttft_p99 * 1e3:.0f} | "
-                     f"{c.e2e_mean * 1e3:.0f} | {c.throughput:.0f} | {r[0]:.2f} / {r[1]:.2f} / "
-                     f"{r[2]:.2f} / {r[3]:.2f} | {'yes' if c.feasible else 'no'} | "
+                     f"{c.e2e_mean * 1e3:.0f} | {c.throughput:.0f} | {c.tpot_p99 * 1e3:.0f} | "
+                     f"{r[0]:.2f} / {r[1]:.2f} / {r[2]:.2f} / {r[3]:.2f} / {r[4]:.2f} | "
+                     f"{'yes' if c.feasible else 'no'} | "
                      f"{'yes' if c.arm in front else ''} |")
     table = "\n".join(lines)
     print(table)
@@ -194,6 +209,7 @@ def main(args: argparse.Namespace) -> int:
     arm = next(a for a in arms if a.name == winner.arm)
     config = arm_additional_config(arm, None)
     (args.out / "best.json").write_text(json.dumps(config) + "\n")
-    print(f"best: {winner.arm} (median TTFT {winner.ratios[0]:.2f}x stock)")
+    print(f"best: {winner.arm} (median TTFT {winner.ratios[0]:.2f}x stock, "
+          f"P99 TPOT {winner.ratios[4]:.2f}x)")
     print(f"--additional-config '{json.dumps(config)}'")
     return 0
