@@ -13,7 +13,7 @@ from fairsched_plugin.config import load_config
 from fairsched_plugin.sim.tune import Candidate, expand, frontier, judge
 
 
-def _case(path: Path) -> Path:
+def _case(path: Path, output_tokens: int = 4) -> Path:
     """Every 4th request a 400-token prompt, the rest 16 tokens, arriving faster than a
     64-token budget serves: shortest-prompt-first (Aging with a tiny alpha) gives the
     lowest median TTFT; a huge alpha is arrival order, no better than stock."""
@@ -21,7 +21,7 @@ def _case(path: Path) -> Path:
     for i in range(48):
         prompt = 400 if i % 4 == 0 else 16
         rows.append(WorkloadRequest(id=f"t{i:02d}", arrival_s=0.01 * i, prompt="x",
-                                    prompt_tokens=prompt, output_tokens=4, tier=0,
+                                    prompt_tokens=prompt, output_tokens=output_tokens, tier=0,
                                     request_class="short" if prompt < 128 else "medium",
                                     category="tune"))
     path.write_text("".join(r.to_json() + "\n" for r in rows))
@@ -53,6 +53,20 @@ def test_a_tpot_cap_rules_out_a_candidate_whose_stream_stalls() -> None:
     limits.max_tpot_ratio = 3.0
     judge([base, stalls, bounded], base, limits)
     assert not stalls.feasible and bounded.feasible
+
+
+def test_single_token_outputs_have_no_tpot_and_no_tpot_ratio(tmp_path: Path, capsys) -> None:
+    """No request has a second token: TPOT is unmeasured, so the cap judges nothing."""
+    from fairsched_plugin.cli import main
+
+    case = _case(tmp_path / "case.jsonl", output_tokens=1)
+    code = main(["tune", "--case", str(case), "--space", "aging:alpha={0.001,1000000}",
+                 "--step-model", "linear:2:0.1", "--max-num-batched-tokens", "64",
+                 "--max-num-seqs", "16", "--max-p99-ratio", "100", "--max-e2e-ratio", "100",
+                 "--min-throughput-ratio", "0", "--max-tpot-ratio", "0.5",
+                 "--out", str(tmp_path / "t")])
+    assert code == 0
+    assert "best: aging:alpha=0.001 (median TTFT" in capsys.readouterr().out
 
 
 def test_tune_finds_the_known_best(tmp_path: Path, capsys) -> None:

@@ -78,14 +78,16 @@ def expand(spec: str) -> list[str]:
 
 def metrics_of(runs: Sequence[dict[str, Any]]) -> tuple[float, float, float, float, float]:
     """Median and P99 TTFT, mean E2E (s), output tokens/s and the P99 request's TPOT (s),
-    averaged over the runs (cases and seeds)."""
+    averaged over the runs (cases and seeds); TPOT is 0 when no request had two output
+    tokens to measure it by."""
     summaries = [summarize_run(run["requests"]) for run in runs]
     lat = [s["latency"] for s in summaries]
+    tpots = [x["tpot_s"]["p99"] for x in lat if x["tpot_s"]["p99"] is not None]
     return (float(np.mean([x["ttft_s"]["p50"] for x in lat])),
             float(np.mean([x["ttft_s"]["p99"] for x in lat])),
             float(np.mean([x["e2e_s"]["mean"] for x in lat])),
             float(np.mean([s["throughput"]["output_tokens_per_s"] for s in summaries])),
-            float(np.mean([x["tpot_s"]["p99"] for x in lat])))
+            float(np.mean(tpots)) if tpots else 0.0)
 
 
 def judge(candidates: list[Candidate], base: Candidate, limits: argparse.Namespace) -> None:
@@ -96,7 +98,7 @@ def judge(candidates: list[Candidate], base: Candidate, limits: argparse.Namespa
         c.feasible = (c.ratios[1] <= limits.max_p99_ratio + 1e-12
                       and c.ratios[2] <= limits.max_e2e_ratio + 1e-12
                       and c.ratios[3] >= limits.min_throughput_ratio - 1e-12
-                      and (limits.max_tpot_ratio is None
+                      and (limits.max_tpot_ratio is None or base.tpot_p99 <= 0
                            or c.ratios[4] <= limits.max_tpot_ratio + 1e-12))
 
 
