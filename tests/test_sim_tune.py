@@ -28,6 +28,19 @@ def _case(path: Path, output_tokens: int = 4) -> Path:
     return path
 
 
+NO_LIMITS = ("--max-p99-ratio", "100", "--max-e2e-ratio", "100", "--min-throughput-ratio", "0")
+"""Bounds loose enough that only the median TTFT (and any cap a test adds) decides."""
+
+
+def _tune(case: Path, out: Path, space: str, *options: str) -> int:
+    """``fairsched tune`` on ``case`` with a 64-token budget and 16 sequences."""
+    from fairsched_plugin.cli import main
+
+    return main(["tune", "--case", str(case), "--space", space,
+                 "--step-model", "linear:2:0.1", "--max-num-batched-tokens", "64",
+                 "--max-num-seqs", "16", *options, "--out", str(out)])
+
+
 def test_expand_makes_every_combination() -> None:
     assert expand("aging:alpha={1,2}:beta={-1,0}") == [
         "aging:alpha=1:beta=-1", "aging:alpha=1:beta=0",
@@ -57,27 +70,16 @@ def test_a_tpot_cap_rules_out_a_candidate_whose_stream_stalls() -> None:
 
 def test_single_token_outputs_have_no_tpot_and_no_tpot_ratio(tmp_path: Path, capsys) -> None:
     """No request has a second token: TPOT is unmeasured, so the cap judges nothing."""
-    from fairsched_plugin.cli import main
-
-    case = _case(tmp_path / "case.jsonl", output_tokens=1)
-    code = main(["tune", "--case", str(case), "--space", "aging:alpha={0.001,1000000}",
-                 "--step-model", "linear:2:0.1", "--max-num-batched-tokens", "64",
-                 "--max-num-seqs", "16", "--max-p99-ratio", "100", "--max-e2e-ratio", "100",
-                 "--min-throughput-ratio", "0", "--max-tpot-ratio", "0.5",
-                 "--out", str(tmp_path / "t")])
+    code = _tune(_case(tmp_path / "case.jsonl", output_tokens=1), tmp_path / "t",
+                 "aging:alpha={0.001,1000000}", *NO_LIMITS, "--max-tpot-ratio", "0.5")
     assert code == 0
     assert "best: aging:alpha=0.001 (median TTFT" in capsys.readouterr().out
 
 
 def test_tune_finds_the_known_best(tmp_path: Path, capsys) -> None:
-    from fairsched_plugin.cli import main
-
     out = tmp_path / "tune"
-    code = main(["tune", "--case", str(_case(tmp_path / "case.jsonl")),
-                 "--space", "aging:alpha={0.001,1000000}",
-                 "--step-model", "linear:2:0.1", "--max-num-batched-tokens", "64",
-                 "--max-num-seqs", "16", "--max-p99-ratio", "100", "--max-e2e-ratio", "100",
-                 "--min-throughput-ratio", "0", "--out", str(out)])
+    code = _tune(_case(tmp_path / "case.jsonl"), out, "aging:alpha={0.001,1000000}",
+                 *NO_LIMITS)
     assert code == 0
     printed = capsys.readouterr().out
     assert "best: aging:alpha=0.001" in printed
@@ -90,24 +92,15 @@ def test_tune_finds_the_known_best(tmp_path: Path, capsys) -> None:
 def test_tune_says_so_when_nothing_beats_stock(tmp_path: Path, capsys) -> None:
     """fcfs schedules exactly like stock, so its mean E2E is 1.0x stock's: a cap of 0.5x
     leaves no candidate."""
-    from fairsched_plugin.cli import main
-
-    code = main(["tune", "--case", str(_case(tmp_path / "case.jsonl")),
-                 "--space", "fcfs", "--step-model", "linear:2:0.1",
-                 "--max-num-batched-tokens", "64", "--max-num-seqs", "16",
-                 "--max-e2e-ratio", "0.5", "--out", str(tmp_path / "t")])
+    code = _tune(_case(tmp_path / "case.jsonl"), tmp_path / "t", "fcfs",
+                 "--max-e2e-ratio", "0.5")
     assert code == 1
     assert "no candidate meets the objective" in capsys.readouterr().out
 
 
 def test_a_candidate_no_faster_than_stock_does_not_win(tmp_path: Path, capsys) -> None:
     """fcfs meets every bound (it is stock's schedule) but does not lower the median."""
-    from fairsched_plugin.cli import main
-
-    code = main(["tune", "--case", str(_case(tmp_path / "case.jsonl")),
-                 "--space", "fcfs", "--step-model", "linear:2:0.1",
-                 "--max-num-batched-tokens", "64", "--max-num-seqs", "16",
-                 "--out", str(tmp_path / "t")])
+    code = _tune(_case(tmp_path / "case.jsonl"), tmp_path / "t", "fcfs")
     assert code == 1
     assert "stock vLLM stays best" in capsys.readouterr().out
 
@@ -115,13 +108,7 @@ def test_a_candidate_no_faster_than_stock_does_not_win(tmp_path: Path, capsys) -
 def test_a_tpot_cap_no_candidate_meets_leaves_stock(tmp_path: Path, capsys) -> None:
     """The known best of the first test decodes no faster than stock: asking for half of
     stock's P99 TPOT leaves no candidate."""
-    from fairsched_plugin.cli import main
-
-    code = main(["tune", "--case", str(_case(tmp_path / "case.jsonl")),
-                 "--space", "aging:alpha={0.001,1000000}",
-                 "--step-model", "linear:2:0.1", "--max-num-batched-tokens", "64",
-                 "--max-num-seqs", "16", "--max-p99-ratio", "100", "--max-e2e-ratio", "100",
-                 "--min-throughput-ratio", "0", "--max-tpot-ratio", "0.5",
-                 "--out", str(tmp_path / "t")])
+    code = _tune(_case(tmp_path / "case.jsonl"), tmp_path / "t",
+                 "aging:alpha={0.001,1000000}", *NO_LIMITS, "--max-tpot-ratio", "0.5")
     assert code == 1
     assert "stock vLLM stays best" in capsys.readouterr().out
