@@ -125,7 +125,7 @@ def test_a_decode_past_the_tpot_bound_runs_and_the_hold_shrinks(config_only_mode
     held = {f"d{i:02d}" for i in range(20)} - set(scheduled)
     assert held == {"d16", "d17", "d18"}
     assert scheduled["long"] == 47
-    # The held four got no token in that step; a second later all are past the bound.
+    # The held three got no token in that step; a second later all are past the bound.
     now[0] = 1.05
     scheduled = engine.step().output.num_scheduled_tokens
     assert {f"d{i:02d}" for i in range(20)} <= set(scheduled)
