@@ -1,21 +1,27 @@
-"""The real engine, no server: each arm's time and CPU to serve the same burst of requests.
+"""Each arm's time and CPU to serve the same requests, in many short paired rounds.
 
-A real-server A/B mixes the engine's own speed with Poisson arrivals, the HTTP server and
-the client, all sharing two cores; at heavy load the plugin's arms decoded 10% slower than
-stock in some runs and not in others (``docs/results.md``, the A/A with and without the
-per-step trace). This takes the arrivals, the server and the client away: every arm is a
-real vLLM engine (``vllm.LLM``, its engine core in its own process, as in a server) in a
-worker process of its own, started once; each round hands every arm the whole case at
-once (``LLM.generate``, ``ignore_eos`` so each request decodes its case's output length,
-the prefix cache reset first), arms in an order that rotates every round, only one arm
-working at a time.
+A real-server A/B (``fairsched bench``) starts a fresh server per arm and repeat, so it
+affords three repeats of minutes each, and it mixes the engine's own speed with Poisson
+arrivals, the HTTP server and the client, all sharing two cores; at heavy load the plugin's
+arms decoded 10% slower than stock in some runs and not in others (``docs/results.md``, the
+A/A with and without the per-step trace). Here every arm is started once and kept: each
+round hands every arm the whole case, arms in an order that rotates every round, only one
+arm working at a time, the prefix cache reset first, ``ignore_eos`` so each request
+decodes its case's output length. Two ways to serve it:
 
-An arm that makes stock's decisions (``fcfs``) then does stock's work step for step, so
-its time against stock's in the same round is what the plugin's machinery costs per step;
-``fcfs:trace_path=`` is the same without the per-step trace. Printed per arm: the median
-over rounds of wall time, the engine core's CPU time and the worker's own (output
-processing), and of the paired ratio to the first arm; for traced arms, the steps and the
-mean measured step time from the trace.
+* by default, the engine alone: a real vLLM engine (``vllm.LLM``, its engine core in its
+  own process, as in a server) in a worker process per arm, given the whole case at once
+  (``LLM.generate``): no arrivals, no server, no client;
+* ``--server``: a real OpenAI-compatible server per arm, the case replayed at its arrival
+  times by the project's replay client, as ``fairsched bench`` does.
+
+An arm that makes stock's decisions (``fcfs``) does stock's work step for step in the
+first mode, so its time against stock's in the same round is what the plugin's machinery
+costs per step; ``fcfs:trace_path=`` is the same without the per-step trace. Printed per
+arm: the median over rounds of wall time and the engine core's CPU time, and the paired
+ratios to the first arm (median and range, and the geometric mean with its 95% bootstrap
+interval); for traced arms, the steps and the mean measured step time from the trace; with
+``--server`` also median and P99 TTFT, mean E2E and mean time per output token.
 
     fairsched workload build --name uniform --model-dir .cache/tiny-model --num-requests 300 \\
         --param rate_per_s=10 --rate-scale 8 --max-output-tokens 128 --out runs/engine-aa/case.jsonl
@@ -31,12 +37,17 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 WORKER = "worker"
+INSTANCE = "#"
+"""``stock#2``: a second instance of an arm. Each arm keeps its engine for the whole run,
+and engines of the same arm differ among themselves by a few percent (memory layout), so
+two instances of one arm measure that difference: the floor under any arm effect."""
 
 
 def run_worker(args: argparse.Namespace) -> None:
@@ -59,23 +70,21 @@ def run_worker(args: argparse.Namespace) -> None:
     me = psutil.Process()
     engines = me.children(recursive=True)
 
-    def cpu_s(processes: list[psutil.Process]) -> float:
-        return sum(sum(p.cpu_times()[:2]) for p in processes)
-
-    llm.generate(prompts[:64], [SamplingParams(max_tokens=16, ignore_eos=True)] * 64,
+    warm = prompts[:64]
+    llm.generate(warm, [SamplingParams(max_tokens=16, ignore_eos=True)] * len(warm),
                  use_tqdm=False)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         if line.strip() != "run":
             break
         llm.reset_prefix_cache()
-        engine_cpu, own_cpu, start = cpu_s(engines), cpu_s([me]), time.perf_counter()
+        engine_cpu, own_cpu, start = _cpu_s(engines), _cpu_s([me]), time.perf_counter()
         outputs = llm.generate(prompts, params, use_tqdm=False)
         wall = time.perf_counter() - start
         print(json.dumps({
             "wall_s": wall,
-            "engine_cpu_s": cpu_s(engines) - engine_cpu,
-            "own_cpu_s": cpu_s([me]) - own_cpu,
+            "engine_cpu_s": _cpu_s(engines) - engine_cpu,
+            "own_cpu_s": _cpu_s([me]) - own_cpu,
             "output_tokens": sum(len(o.outputs[0].token_ids) for o in outputs),
         }), flush=True)
 
@@ -83,11 +92,12 @@ def run_worker(args: argparse.Namespace) -> None:
 class ArmWorker:
     """A worker process serving one arm."""
 
-    def __init__(self, spec: str, index: int, args: argparse.Namespace, out: Path) -> None:
+    def __init__(self, spec: str, index: int, args: argparse.Namespace, out: Path,
+                 stack: ExitStack) -> None:
         from fairsched_plugin.bench.arms import STOCK, parse_arm
         from fairsched_plugin.bench.server import server_env
 
-        arm = parse_arm(spec)
+        arm = parse_arm(spec.partition(INSTANCE)[0])
         self.name = spec
         self.plugin = arm.name != STOCK
         env = dict(arm.env)
@@ -105,6 +115,7 @@ class ArmWorker:
         self.process = subprocess.Popen(command, env=server_env(env), text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.log)
+        stack.callback(self.stop)
         self._answer()
 
     def _answer(self) -> dict[str, Any]:
@@ -121,12 +132,7 @@ class ArmWorker:
         self.process.stdin.write("run\n")
         self.process.stdin.flush()
         result = self._answer()
-        if self.trace and self.trace.exists():
-            with open(self.trace) as file:
-                file.seek(mark)
-                steps = [json.loads(line) for line in file if line.strip()]
-            result["steps"] = len(steps)
-            result["mean_step_ms"] = 1000 * statistics.fmean(s["step_time_s"] for s in steps)
+        result.update(_trace_steps(self.trace, mark))
         return result
 
     def stop(self) -> None:
@@ -139,6 +145,84 @@ class ArmWorker:
         self.log.close()
 
 
+class ArmServer:
+    """A real OpenAI-compatible server serving one arm (``--server``): the same rounds
+    through the HTTP server and the project's replay client, arrivals as the case has
+    them, so what the server path and the clients add comes back in."""
+
+    def __init__(self, spec: str, index: int, args: argparse.Namespace, out: Path,
+                 stack: ExitStack) -> None:
+        from fairsched_plugin.bench.arms import STOCK, parse_arm
+        from fairsched_plugin.bench.runner import DEV_MODE_ENV, EngineSettings, warm_up
+        from fairsched_plugin.bench.server import running_server
+        from fairsched_plugin.bench.workloads import read_case
+
+        arm = parse_arm(spec.partition(INSTANCE)[0])
+        self.name = spec
+        self.case = read_case(args.case)
+        env = {**arm.env, **DEV_MODE_ENV}
+        if arm.name != STOCK:
+            env.setdefault("FAIRSCHED_TRACE_PATH", str((out / f"trace-{index}.jsonl").resolve()))
+        self.trace = Path(env["FAIRSCHED_TRACE_PATH"]) if env.get("FAIRSCHED_TRACE_PATH") else None
+        engine = EngineSettings(max_num_batched_tokens=args.max_num_batched_tokens,
+                                max_num_seqs=args.max_num_seqs,
+                                max_model_len=args.max_model_len)
+        self.server = stack.enter_context(running_server(
+            args.model, out / f"server-{index}.log", [*engine.args(), *arm.engine_args],
+            env=env))
+        warm_up(self.server.base_url, self.server.model, self.case)
+
+    def run(self) -> dict[str, Any]:
+        """One replay of the case: its span, the server's CPU (the engine core's and the
+        API server's own), median and P99 TTFT, mean E2E and mean time per output token."""
+        import psutil
+
+        from fairsched_plugin.bench.replay import replay
+        from fairsched_plugin.bench.runner import reset_prefix_cache
+
+        reset_prefix_cache(self.server.base_url)
+        api = psutil.Process(self.server.process.pid)
+        engines = api.children(recursive=True)
+        mark = self.trace.stat().st_size if self.trace and self.trace.exists() else 0
+        engine_cpu, own_cpu = _cpu_s(engines), _cpu_s([api])
+        result = replay(self.server.base_url, self.server.model, self.case, show_progress=False)
+        done = [r for r in result.requests if r.error is None and r.finish_s is not None]
+        if len(done) < len(result.requests):
+            raise RuntimeError(f"arm {self.name}: {len(result.requests) - len(done)} "
+                               f"requests failed; see {self.server.log_path}")
+        ttfts = [r.first_token_s - r.arrival_s for r in done]
+        run = {
+            "wall_s": max(r.finish_s for r in done),
+            "engine_cpu_s": _cpu_s(engines) - engine_cpu,
+            "own_cpu_s": _cpu_s([api]) - own_cpu,
+            "output_tokens": sum(r.output_tokens for r in done),
+            "ttft_p50_s": float(np.percentile(ttfts, 50)),
+            "ttft_p99_s": float(np.percentile(ttfts, 99)),
+            "e2e_mean_s": statistics.fmean(r.finish_s - r.arrival_s for r in done),
+            "tpot_mean_s": statistics.fmean(
+                (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
+                for r in done if r.output_tokens > 1),
+        }
+        run.update(_trace_steps(self.trace, mark))
+        return run
+
+
+def _cpu_s(processes: list[Any]) -> float:
+    """User and system CPU seconds of these ``psutil`` processes so far."""
+    return sum(sum(p.cpu_times()[:2]) for p in processes)
+
+
+def _trace_steps(trace: Path | None, mark: int) -> dict[str, float]:
+    """The steps a plugin arm's trace recorded after byte ``mark``, and their mean time."""
+    if trace is None or not trace.exists():
+        return {}
+    with open(trace) as file:
+        file.seek(mark)
+        steps = [json.loads(line) for line in file if line.strip()]
+    return {"steps": len(steps),
+            "mean_step_ms": 1000 * statistics.fmean(s["step_time_s"] for s in steps)}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", nargs="?", choices=[WORKER])
@@ -146,12 +230,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--table", type=Path, metavar="RESULTS",
                         help="print the table of an earlier run's results.json and stop")
     parser.add_argument("--model", default=".cache/tiny-model")
-    parser.add_argument("--arms", default="stock,fcfs,fcfs:trace_path=")
+    parser.add_argument("--arms", default="stock,fcfs,fcfs:trace_path=",
+                        help="arms as fairsched bench names them; the first is the baseline; "
+                             f"ARM{INSTANCE}N is another instance of ARM")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("runs/engine-aa"))
     parser.add_argument("--max-num-batched-tokens", type=int, default=256)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--server", action="store_true",
+                        help="serve each arm from a real OpenAI-compatible server and replay "
+                             "the case at its arrival times (the project's replay client)")
     parser.add_argument("--plugin", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.table:
@@ -163,12 +252,13 @@ def main(argv: list[str] | None = None) -> None:
         run_worker(args)
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    for old in [*args.out.glob("trace-*.jsonl"), *args.out.glob("worker-*.log")]:
+    for old in [*args.out.glob("trace-*.jsonl"), *args.out.glob("*.log")]:
         old.unlink()
-    arms: list[ArmWorker] = []
-    try:
+    arms: list[ArmWorker | ArmServer] = []
+    with ExitStack() as stack:
         for index, spec in enumerate(args.arms.split(",")):
-            arms.append(ArmWorker(spec.strip(), index, args, args.out))
+            arms.append(ArmServer(spec.strip(), index, args, args.out, stack) if args.server
+                        else ArmWorker(spec.strip(), index, args, args.out, stack))
             print(f"started {spec}", flush=True)
         results: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
         for round_ in range(args.rounds):
@@ -177,9 +267,6 @@ def main(argv: list[str] | None = None) -> None:
                 result = arm.run()
                 results[arm.name].append(result)
                 print(f"round {round_ + 1} {arm.name}: {json.dumps(result)}", flush=True)
-    finally:
-        for arm in arms:
-            arm.stop()
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print_table(results)
 
@@ -194,13 +281,20 @@ def geomean_ci(ratios: list[float], draws: int = 10_000) -> tuple[float, float, 
     return float(np.exp(logs.mean())), float(np.exp(low)), float(np.exp(high))
 
 
+PAIRED_EXTRA = {"ttft_p50_s": "x median TTFT", "ttft_p99_s": "x P99 TTFT",
+                "e2e_mean_s": "x mean E2E", "tpot_mean_s": "x mean TPOT"}
+"""What a ``--server`` round also measures, shown as paired geometric means."""
+
+
 def print_table(results: dict[str, list[dict[str, Any]]]) -> None:
     base = next(iter(results))
+    extra = [key for key in PAIRED_EXTRA if key in results[base][0]]
     print(f"\nmedian over {len(results[base])} rounds [range]; ratios paired by round "
           f"against {base}, and their geometric mean [95% bootstrap interval]")
     print("| arm | wall s | x wall | x wall, geometric mean | engine CPU s | x engine CPU "
-          "| tok/s | steps | mean step ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| tok/s | steps | mean step ms |"
+          + "".join(f" {PAIRED_EXTRA[key]}, geometric mean |" for key in extra))
+    print("|---" * (9 + len(extra)) + "|")
 
     def cell(values: list[float], fmt: str) -> str:
         return (f"{statistics.median(values):{fmt}} "
@@ -210,6 +304,10 @@ def print_table(results: dict[str, list[dict[str, Any]]]) -> None:
         x_wall = [r["wall_s"] / b["wall_s"] for r, b in zip(runs, results[base])]
         x_cpu = [r["engine_cpu_s"] / b["engine_cpu_s"] for r, b in zip(runs, results[base])]
         mean, low, high = geomean_ci(x_wall)
+        paired = ""
+        for key in extra:
+            m, lo, hi = geomean_ci([r[key] / b[key] for r, b in zip(runs, results[base])])
+            paired += f" {m:.3f} [{lo:.3f}-{hi:.3f}] |"
         steps = [r["steps"] for r in runs if "steps" in r]
         step_ms = [r["mean_step_ms"] for r in runs if "mean_step_ms" in r]
         print(f"| {name} | {cell([r['wall_s'] for r in runs], '.1f')} | "
@@ -217,7 +315,7 @@ def print_table(results: dict[str, list[dict[str, Any]]]) -> None:
               f"{cell([r['engine_cpu_s'] for r in runs], '.1f')} | {cell(x_cpu, '.3f')} | "
               f"{cell([r['output_tokens'] / r['wall_s'] for r in runs], '.0f')} | "
               f"{cell(steps, '.0f') if steps else '-'} | "
-              f"{cell(step_ms, '.1f') if step_ms else '-'} |")
+              f"{cell(step_ms, '.1f') if step_ms else '-'} |{paired}")
 
 
 if __name__ == "__main__":

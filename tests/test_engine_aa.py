@@ -1,8 +1,8 @@
 """benchmarks/engine_aa.py's reading of a run: paired ratios, their interval, the table.
 
-The engines themselves take minutes per arm and are not started here (the benchmark's
-figures are in docs/engine-aa-s25); the analysis is checked on planted rounds whose ratios
-are known."""
+The analysis is checked on planted rounds whose ratios are known; one slow test per mode
+runs two arms for two rounds on the tiny model (the benchmark's figures are in
+docs/engine-aa-s25)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -53,3 +55,51 @@ def test_table_pairs_each_round_with_the_first_arm(tmp_path: Path) -> None:
     assert "| 1.000 [1.000-1.000] | 1.000 [1.000-1.000] |" in rows["stock"]
     assert "| 100 [100-100] | 50.0 [50.0-50.0] |" in rows["fcfs"]
     assert rows["stock"].rstrip().endswith("| - | - |")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "plugin_arm"), [([], "fcfs"), (["--server"], "fcfs#2")],
+                         ids=["engine", "server"])
+def test_a_real_round_serves_every_arm_the_same_work(tiny_model: Path, tmp_path: Path,
+                                                     mode: list[str], plugin_arm: str) -> None:
+    """Two arms, two rounds on the tiny model: every request decodes its case length in
+    every arm, the plugin arm's trace is read per round (``fcfs#2``: an instance suffix
+    starts the same arm), and the engines stop."""
+    pytest.importorskip("vllm")
+    from fairsched_plugin.bench.workloads import WorkloadRequest, write_case
+
+    case = tmp_path / "case.jsonl"
+    write_case(case, [
+        WorkloadRequest(id=f"aa-{i}", arrival_s=0.02 * i,
+                        prompt="Tell me about scheduling. " * (1 + 3 * (i % 3)),
+                        prompt_tokens=1 + 5 * (1 + 3 * (i % 3)), output_tokens=4 + i,
+                        tier=0, request_class="short", category="aa")
+        for i in range(8)
+    ])
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "engine_aa.py"), *mode,
+         "--case", str(case), "--model", str(tiny_model), "--arms", f"stock,{plugin_arm}",
+         "--rounds", "2", "--max-model-len", "1024", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        stdout, stderr = process.communicate(timeout=1500)
+    finally:
+        if process.poll() is None:  # SIGTERM first: the benchmark then stops its servers
+            process.terminate()
+            try:
+                process.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    assert process.returncode == 0, stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert list(results) == ["stock", plugin_arm]
+    expected = sum(4 + i for i in range(8))
+    for runs in results.values():
+        assert len(runs) == 2
+        assert all(run["output_tokens"] == expected and run["wall_s"] > 0 for run in runs)
+    assert all(run["steps"] > 0 for run in results[plugin_arm])
+    assert all("steps" not in run for run in results["stock"])
+    if mode:
+        assert all(0 < run["ttft_p50_s"] <= run["ttft_p99_s"] for run in results[plugin_arm])
+    assert f"| {plugin_arm} |" in stdout
