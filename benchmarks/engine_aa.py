@@ -39,9 +39,12 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from fairsched_plugin.bench.arms import Arm
 
 WORKER = "worker"
 INSTANCE = "#"
@@ -94,16 +97,11 @@ class ArmWorker:
 
     def __init__(self, spec: str, index: int, args: argparse.Namespace, out: Path,
                  stack: ExitStack) -> None:
-        from fairsched_plugin.bench.arms import STOCK, parse_arm
         from fairsched_plugin.bench.server import server_env
 
-        arm = parse_arm(spec.partition(INSTANCE)[0])
         self.name = spec
-        self.plugin = arm.name != STOCK
-        env = dict(arm.env)
-        if self.plugin:
-            env.setdefault("FAIRSCHED_TRACE_PATH", str((out / f"trace-{index}.jsonl").resolve()))
-        self.trace = Path(env["FAIRSCHED_TRACE_PATH"]) if env.get("FAIRSCHED_TRACE_PATH") else None
+        arm, env, self.trace = _arm_env(spec, out / f"trace-{index}.jsonl")
+        self.plugin = bool(arm.engine_args)
         command = [sys.executable, __file__, WORKER, "--case", str(args.case),
                    "--model", args.model,
                    "--max-num-batched-tokens", str(args.max_num_batched_tokens),
@@ -128,7 +126,7 @@ class ArmWorker:
     def run(self) -> dict[str, Any]:
         """One pass of the whole case, with the trace's steps of that pass."""
         assert self.process.stdin is not None
-        mark = self.trace.stat().st_size if self.trace and self.trace.exists() else 0
+        mark = _trace_size(self.trace)
         self.process.stdin.write("run\n")
         self.process.stdin.flush()
         result = self._answer()
@@ -151,19 +149,14 @@ class ArmServer:
     them, so what the server path and the clients add comes back in."""
 
     def __init__(self, spec: str, index: int, args: argparse.Namespace, out: Path,
-                 stack: ExitStack) -> None:
-        from fairsched_plugin.bench.arms import STOCK, parse_arm
+                 stack: ExitStack, case: list[Any]) -> None:
         from fairsched_plugin.bench.runner import DEV_MODE_ENV, EngineSettings, warm_up
         from fairsched_plugin.bench.server import running_server
-        from fairsched_plugin.bench.workloads import read_case
 
-        arm = parse_arm(spec.partition(INSTANCE)[0])
         self.name = spec
-        self.case = read_case(args.case)
-        env = {**arm.env, **DEV_MODE_ENV}
-        if arm.name != STOCK:
-            env.setdefault("FAIRSCHED_TRACE_PATH", str((out / f"trace-{index}.jsonl").resolve()))
-        self.trace = Path(env["FAIRSCHED_TRACE_PATH"]) if env.get("FAIRSCHED_TRACE_PATH") else None
+        self.case = case
+        arm, env, self.trace = _arm_env(spec, out / f"trace-{index}.jsonl")
+        env.update(DEV_MODE_ENV)
         engine = EngineSettings(max_num_batched_tokens=args.max_num_batched_tokens,
                                 max_num_seqs=args.max_num_seqs,
                                 max_model_len=args.max_model_len)
@@ -177,34 +170,33 @@ class ArmServer:
         API server's own), median and P99 TTFT, mean E2E and mean time per output token."""
         import psutil
 
+        from fairsched_plugin.bench.metrics import summarize_run
         from fairsched_plugin.bench.replay import replay
         from fairsched_plugin.bench.runner import reset_prefix_cache
 
         reset_prefix_cache(self.server.base_url)
         api = psutil.Process(self.server.process.pid)
         engines = api.children(recursive=True)
-        mark = self.trace.stat().st_size if self.trace and self.trace.exists() else 0
+        mark = _trace_size(self.trace)
         engine_cpu, own_cpu = _cpu_s(engines), _cpu_s([api])
         result = replay(self.server.base_url, self.server.model, self.case, show_progress=False)
-        done = [r for r in result.requests if r.error is None and r.finish_s is not None]
-        if len(done) < len(result.requests):
-            raise RuntimeError(f"arm {self.name}: {len(result.requests) - len(done)} "
-                               f"requests failed; see {self.server.log_path}")
-        ttfts = [r.first_token_s - r.arrival_s for r in done]
-        run = {
-            "wall_s": max(r.finish_s for r in done),
-            "engine_cpu_s": _cpu_s(engines) - engine_cpu,
-            "own_cpu_s": _cpu_s([api]) - own_cpu,
-            "output_tokens": sum(r.output_tokens for r in done),
-            "ttft_p50_s": float(np.percentile(ttfts, 50)),
-            "ttft_p99_s": float(np.percentile(ttfts, 99)),
-            "e2e_mean_s": statistics.fmean(r.finish_s - r.arrival_s for r in done),
-            "tpot_mean_s": statistics.fmean(
-                (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
-                for r in done if r.output_tokens > 1),
+        engine_cpu, own_cpu = _cpu_s(engines) - engine_cpu, _cpu_s([api]) - own_cpu
+        summary = summarize_run([request.to_json() for request in result.requests])
+        if summary["requests"]["failed"]:
+            raise RuntimeError(f"arm {self.name}: {summary['requests']['failed']} requests "
+                               f"failed; see {self.server.log_path}")
+        latency = summary["latency"]
+        return {
+            "wall_s": summary["throughput"]["makespan_s"],
+            "engine_cpu_s": engine_cpu,
+            "own_cpu_s": own_cpu,
+            "output_tokens": summary["throughput"]["output_tokens"],
+            "ttft_p50_s": latency["ttft_s"]["p50"],
+            "ttft_p99_s": latency["ttft_s"]["p99"],
+            "e2e_mean_s": latency["e2e_s"]["mean"],
+            "tpot_mean_s": latency["tpot_s"]["mean"],
+            **_trace_steps(self.trace, mark),
         }
-        run.update(_trace_steps(self.trace, mark))
-        return run
 
 
 def _cpu_s(processes: list[Any]) -> float:
@@ -212,13 +204,30 @@ def _cpu_s(processes: list[Any]) -> float:
     return sum(sum(p.cpu_times()[:2]) for p in processes)
 
 
+def _arm_env(spec: str, trace: Path) -> tuple[Arm, dict[str, str], Path | None]:
+    """The arm ``spec`` names (an instance suffix dropped), the variables that start it
+    as ``fairsched bench`` would, and the per-step trace it writes (None: none)."""
+    from fairsched_plugin.bench.arms import parse_arm
+    from fairsched_plugin.bench.runner import arm_env
+
+    arm = parse_arm(spec.partition(INSTANCE)[0])
+    env = arm_env(arm, trace)
+    path = env.get("FAIRSCHED_TRACE_PATH")
+    return arm, env, Path(path) if path else None
+
+
+def _trace_size(trace: Path | None) -> int:
+    """Where the next round's records will start in the trace."""
+    return trace.stat().st_size if trace is not None and trace.exists() else 0
+
+
 def _trace_steps(trace: Path | None, mark: int) -> dict[str, float]:
     """The steps a plugin arm's trace recorded after byte ``mark``, and their mean time."""
+    from fairsched_plugin.bench.runner import read_jsonl
+
     if trace is None or not trace.exists():
         return {}
-    with open(trace) as file:
-        file.seek(mark)
-        steps = [json.loads(line) for line in file if line.strip()]
+    steps = read_jsonl(trace, offset=mark)
     return {"steps": len(steps),
             "mean_step_ms": 1000 * statistics.fmean(s["step_time_s"] for s in steps)}
 
@@ -251,13 +260,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode == WORKER:
         run_worker(args)
         return
+    from fairsched_plugin.bench.workloads import read_case
+
     args.out.mkdir(parents=True, exist_ok=True)
     for old in [*args.out.glob("trace-*.jsonl"), *args.out.glob("*.log")]:
         old.unlink()
     arms: list[ArmWorker | ArmServer] = []
+    case = read_case(args.case) if args.server else []
     with ExitStack() as stack:
         for index, spec in enumerate(args.arms.split(",")):
-            arms.append(ArmServer(spec.strip(), index, args, args.out, stack) if args.server
+            arms.append(ArmServer(spec.strip(), index, args, args.out, stack, case)
+                        if args.server
                         else ArmWorker(spec.strip(), index, args, args.out, stack))
             print(f"started {spec}", flush=True)
         results: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}

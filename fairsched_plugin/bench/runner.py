@@ -185,6 +185,16 @@ def save_run(
     return run
 
 
+def arm_env(arm: Arm, trace_path: Path) -> dict[str, str]:
+    """The ``FAIRSCHED_*`` variables that start ``arm``: its own, and for a plugin arm the
+    per-step trace at ``trace_path``, unless the arm sets one (``fcfs:trace_path=`` writes
+    none)."""
+    env = dict(arm.env)
+    if arm.engine_args:
+        env.setdefault("FAIRSCHED_TRACE_PATH", str(trace_path.resolve()))
+    return env
+
+
 def run_arm(
     arm: Arm,
     model: str,
@@ -200,9 +210,7 @@ def run_arm(
     figures the run carries as ``vllm_bench``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     trace_path = run_dir / "trace.jsonl"
-    env = {**arm.env, **DEV_MODE_ENV}
-    if arm.engine_args:  # a plugin arm: trace it, unless the arm says otherwise
-        env.setdefault("FAIRSCHED_TRACE_PATH", str(trace_path.resolve()))
+    env = {**arm_env(arm, trace_path), **DEV_MODE_ENV}
     args = [*engine.args(), *arm.engine_args]
     runs = []
     single = len(cases) == 1
