@@ -404,3 +404,41 @@ def test_priority_levels_order_by_priority_then_key():
     assert not queue and len(queue) == 0
     with pytest.raises(IndexError):
         queue.pop_request()
+
+
+def test_changes_count_insertions_and_rekeys_not_departures(five):
+    """The adapter's order check trusts its last answer while nothing entered the queue
+    and no key was taken again: pops and removals must leave the count alone."""
+    queue = filled(five.values())
+    assert queue.changes == 5
+    queue.pop_request()
+    queue.remove_request(five["c"])
+    queue.remove_requests([five["a"]])
+    assert queue.changes == 5
+    queue.rekey()
+    assert queue.changes == 6
+    queue.prepend_request(five["a"])
+    assert queue.changes == 7
+
+
+def test_last_popped_is_the_head_with_the_snapshot_it_was_queued_under(five):
+    queue = PolicyRequestQueue(AGING.key, snapshot=request_view)
+    for request in five.values():
+        queue.add_request(request)
+    assert queue.last_popped is None
+    head = queue.pop_request()
+    popped, snapshot = queue.last_popped
+    assert popped is head and head.request_id == "d"
+    assert snapshot.request_id == "d" and snapshot.remaining_prefill == 2
+    queue.remove_request(five["b"])
+    assert queue.last_popped[0] is head
+
+
+def test_earliest_deadline_skips_departed_requests(five):
+    queue, _clock = five_by_deadline(five, now=0.0)
+    assert queue.earliest_deadline() == 3.0
+    queue.remove_request(five["c"])
+    assert queue.earliest_deadline() == 4.0
+    assert PolicyRequestQueue(aging_key).earliest_deadline() == math.inf
+    queue.remove_requests(list(five.values()))
+    assert queue.earliest_deadline() == math.inf

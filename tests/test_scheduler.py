@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -468,3 +469,146 @@ def test_skipping_the_plan_when_vllm_order_serves_it_changes_no_decision(
         schedules.append([record.output.num_scheduled_tokens for record in planned.steps])
     assert schedules[0] == schedules[1]
     assert any(skipped) and not all(skipped)
+
+
+def _vouching_checked(cls: type, verdicts: list[tuple[bool, bool]]) -> type:
+    """``cls`` whose every "still ahead" answer (the order check's memory) is checked
+    against the full check, made with that memory cleared: ``verdicts`` gets both
+    answers. (An assertion here would be caught: a failing step runs as stock vLLM.)"""
+
+    def _still_ahead(self, prefills, state) -> bool:
+        verdict = cls._still_ahead(self, prefills, state)
+        if verdict:
+            memory, self._ahead = self._ahead, None
+            verdicts.append((verdict, self._running_order_is_plan_order(prefills, {}, state)))
+            self._ahead = memory
+        else:
+            verdicts.append((verdict, verdict))
+        return verdict
+
+    return type(f"Vouching{cls.__name__}", (cls,), {"_still_ahead": _still_ahead})
+
+
+def _shared_prefix_workload(seed: int, count: int) -> list[tuple[int, object]]:
+    """Like :func:`_random_workload`, but a third of the prompts extend one of a few
+    common prefixes, so that waiting requests count cached tokens."""
+    rng = random.Random(seed)
+    prefixes = [[(31 * k + 7 * i) % 991 + 2 for i in range(rng.randint(200, 900))]
+                for k in range(3)]
+    plan = []
+    for i, (step, request) in enumerate(_random_workload(seed, count)):
+        if i % 3 == 0:
+            ids = rng.choice(prefixes) + [(i + j) % 991 + 2 for j in range(rng.randint(1, 300))]
+            request = make_request(f"p{i}", 0, rng.randint(1, 40),
+                                   arrival_time=request.arrival_time, prompt_token_ids=ids)
+        plan.append((step, request))
+    return plan
+
+
+def _preempting_workload(seed: int, count: int) -> list[tuple[int, object]]:
+    """Prompts of 100-1,500 tokens with outputs of 20-200: in 120 blocks (1,920 tokens)
+    vLLM must preempt (as in the preemption tests above)."""
+    rng = random.Random(seed)
+    return sorted(((rng.randint(0, 30),
+                    make_request(f"r{i}", rng.randint(100, 1500), rng.randint(20, 200),
+                                 arrival_time=1000.0 + i))
+                   for i in range(count)), key=lambda item: item[0])
+
+
+@pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
+@pytest.mark.parametrize("config", [AGING, GUARDED_SRPF, {"fairsched": {"policy": "guarded-aging"}}],
+                         ids=["aging", "guarded-srpf", "guarded-aging"])
+@pytest.mark.parametrize("scenario", ["arrivals", "aborts", "preemptions", "prefix-cache"])
+def test_remembered_order_check_agrees_with_the_full_check(config_only_model, cls, config,
+                                                          scenario):
+    """Between steps the order check remembers that the one running prefill is ahead of
+    every waiting request, until a request enters a queue or keys are taken again. Each
+    time that memory answers, the full check must agree; and the schedule must be the
+    one the full check alone gives, step by step. Arrivals, aborts, preemptions (a small
+    KV cache) and prefix-cache hits each change what the memory must notice. Both runs
+    read one virtual clock (a millisecond per call): the policy's epoch comes from it,
+    and two epochs can round a near-tie of keys apart."""
+    num_blocks = 120 if scenario == "preemptions" else 4000
+    workload = {"prefix-cache": _shared_prefix_workload,
+                "preemptions": _preempting_workload}.get(scenario, _random_workload)
+    verdicts: list[tuple[bool, bool]] = []
+    schedules = []
+    for remember in (True, False):
+        checked = _vouching_checked(cls, verdicts if remember else [])
+        if not remember:
+            checked._still_ahead = lambda self, prefills, state: False
+        ticks = itertools.count()
+        engine = _engine(config_only_model, checked, config, max_num_seqs=8,
+                         num_blocks=num_blocks,
+                         enable_prefix_caching=scenario == "prefix-cache",
+                         clock=lambda: 1000.0 + next(ticks) / 1000)
+        _run_checked(engine, workload(13, 24 if scenario == "preemptions" else 60),
+                     max_num_seqs=8,
+                     abort_every=7 if scenario == "aborts" else 0)
+        schedules.append([record.output.num_scheduled_tokens for record in engine.steps])
+        if scenario == "preemptions":
+            preempted = [record for record in engine.steps if record.output.preempted_req_ids]
+            assert preempted, "the scenario must preempt"
+    assert all(memory == full for memory, full in verdicts)
+    assert schedules[0] == schedules[1]
+    assert any(memory for memory, _full in verdicts), "the memory must answer here"
+
+
+def test_the_order_check_remembers_nothing_for_keys_that_read_more_than_the_work(
+        config_only_model):
+    """PREFLOW's key counts a waiting request's cached prefix but not a running
+    prefill's, so a request admitted from the head of the queue can rank behind what it
+    left there: every step needs the full check."""
+    verdicts: list[tuple[bool, bool]] = []
+    engine = _engine(config_only_model, _vouching_checked(FairScheduler, verdicts),
+                     {"fairsched": {"policy": "preflow"}}, max_num_seqs=8, num_blocks=4000)
+    _run_checked(engine, _random_workload(seed=13, count=60), max_num_seqs=8)
+    assert engine.scheduler._ahead is None and not any(memory for memory, _ in verdicts)
+
+
+def test_a_request_admitted_with_less_cached_than_it_queued_with_is_checked_again(
+        config_only_model):
+    """A request queued while its prefix is cached ranks by the little work left; if the
+    prefix is evicted before it is admitted, it runs with more work than it queued with,
+    and a request queued behind it can rank ahead of it again. The order check's memory
+    must then not vouch for it as the new head of the running prefills.
+
+    P (600 tokens) is computed and cached; two long decodes hold two of three slots;
+    ``early`` (an old, long prompt), ``w`` (P plus 50 tokens) and ``x`` (100 tokens, a
+    second after ``w``) arrive together. ``early`` takes the third slot and its blocks
+    evict most of P; when it finishes, ``w`` is admitted with a fraction of P cached."""
+    prefix = [(13 * i) % 991 + 2 for i in range(600)]
+    verdicts: list[tuple[bool, bool]] = []
+    ticks = itertools.count()
+    engine = _engine(config_only_model, _vouching_checked(FairScheduler, verdicts), AGING,
+                     max_num_seqs=3, num_blocks=60, enable_prefix_caching=True,
+                     clock=lambda: 1000.0 + next(ticks) / 1000)
+    scheduler = engine.scheduler
+    engine.add([make_request("p", 0, 1, 900.0, prompt_token_ids=prefix)])
+    while scheduler.has_unfinished_requests():
+        engine.step()
+    engine.add([make_request("d1", 16, 300, 901.0), make_request("d2", 16, 300, 901.0)])
+    engine.step()
+    engine.add([make_request("early", 700, 1, 902.0),
+                make_request("w", 0, 4, 1000.0, prompt_token_ids=prefix + [5] * 50),
+                make_request("x", 100, 4, 1001.0)])
+    queued_cached = scheduler._cached_prefix["w"]
+    assert queued_cached >= 512
+    checks: list[tuple[list[str], bool]] = []
+    check = scheduler._running_order_is_plan_order
+
+    def recorded(prefills, views, state) -> bool:
+        verdict = check(prefills, views, state)
+        checks.append(([r.request_id for r in prefills], verdict))
+        return verdict
+
+    scheduler._running_order_is_plan_order = recorded
+    while "w" not in (scheduled := engine.step().output.num_scheduled_tokens):
+        pass
+    admitted_with = scheduler.requests["w"].num_computed_tokens - scheduled["w"]
+    assert admitted_with + scheduled["w"] < queued_cached, "most of P must be evicted"
+    while any(r.request_id in ("w", "x") for r in scheduler.running) or scheduler.waiting:
+        engine.step()
+    assert (["w"], False) in checks, "x must rank ahead of the running w again"
+    assert all(memory == full for memory, full in verdicts)
+    assert any(memory for memory, _full in verdicts), "the memory must answer before w"

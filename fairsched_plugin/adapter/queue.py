@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing
 from typing import Any
@@ -85,6 +86,11 @@ class PolicyRequestQueue(_ReenterByKey):
         self._entries: dict[Request, tuple[list, list | None, int, Any]] = {}
         self._seq = itertools.count()
         self.work = 0
+        self.changes = 0
+        """Counts insertions and re-keys: the events after which a request may rank
+        ahead of every one queued before (pops and removals only take requests away)."""
+        self.last_popped: tuple[Request, Any] | None = None
+        """The request popped last and its snapshot: the head of the queue then."""
 
     def add_request(self, request: Request) -> None:
         if request in self._entries:
@@ -100,6 +106,7 @@ class PolicyRequestQueue(_ReenterByKey):
             heapq.heappush(self._overdue_heap, timed)
         work = self._work(snapshot) if self._work is not None else 0
         self.work += work
+        self.changes += 1
         self._entries[request] = (entry, timed, work, snapshot)
 
     def pop_request(self) -> Request:
@@ -107,6 +114,7 @@ class PolicyRequestQueue(_ReenterByKey):
         if not heap:
             raise IndexError("pop from an empty queue")
         request = heapq.heappop(heap)[_REQUEST]
+        self.last_popped = request, self._entries[request][3]
         self._forget(request)
         self._compact_if_sparse()
         return request
@@ -183,10 +191,19 @@ class PolicyRequestQueue(_ReenterByKey):
             for heap, entry in taken:
                 heapq.heappush(heap, entry)
 
+    def earliest_deadline(self) -> float:
+        """The earliest deadline of a waiting request; infinite without deadlines."""
+        lane = self._overdue_heap
+        if lane is None:
+            return math.inf
+        self._drop_dead_head(lane)
+        return lane[0][0] if lane else math.inf
+
     def rekey(self) -> None:
         """Take every waiting request's key again, from its snapshot (the policy's
         parameters changed): O(n). Deadlines are fixed at arrival and stay."""
         key = self._key
+        self.changes += 1
         self._heap = []
         append = self._heap.append
         for entry, _timed, _work, snapshot in self._entries.values():

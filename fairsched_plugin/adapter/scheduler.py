@@ -20,7 +20,8 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
    the running order does not change who gets what). Without a chunk rule it is skipped
    when vLLM's loop would give the same: the decodes come first in the running list, the
    partial prefills follow in rank order, and the first admissible waiting request ranks
-   after them (the common light step, checked with one waiting view);
+   after them (the common light step, checked with one look at the queue's head, and
+   not looked at again while nothing has entered the queues since);
 5. vLLM's own ``schedule()`` runs; its per-request hook ``_reserve_prefill_lookahead``
    returns ``min(n, cap)`` for running partial prefills (0 skips one for this step), and
    the waiting queue, a heap on the same key, admits in policy order.
@@ -84,7 +85,7 @@ from ..policies import (
 from ..policies.decode_hold import decode_cap, decodes_to_hold, newest_within_tpot
 from ..policies.plan import ChunkLimits, LatencyChunkRule, step_rank
 from .admission import LoraSlots, admissible, admitting_queues, free_running_slots, pause_state
-from .admission import PAUSED_ALL
+from .admission import PAUSED_ALL, UNPAUSED
 from .compat import check_scheduler_state, log_surface, wire
 from .profiling import StepProfiler, kv_state_reader
 from .queue import PolicyRequestQueue, PriorityLevelQueue
@@ -188,6 +189,9 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             self.waiting = self._make_queue()
             self.kv_holding_waiting = self._make_queue()
         self._prefill_caps: dict[str, int] | None = None
+        self._ahead: tuple[Request, int, int] | None = None
+        """The running prefill the last order check found ahead of every waiting
+        request, with the queues' change counts then (``_running_order_is_plan_order``)."""
         # vLLM's own hook, bound once: the cap hook runs for every scheduled request.
         self._vllm_reserve = super()._reserve_prefill_lookahead
         self._ranked = config.service == "ranked"
@@ -234,6 +238,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             self._prepare_step(throttle_prefills)
         except Exception:
             self._undo_step(max_active)  # vLLM's own behaviour for this step
+            self._ahead = None
             self._degrade("planning")
         if not self._prefill_caps:
             # vLLM calls the hook for every request it schedules: on a step without caps
@@ -629,15 +634,15 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         if policy.uses_deadlines:
             self._running_prefill_work = sum(map(prefill_work, prefills))
             policy.observe_backlog(self._now, self._backlog())
+        if not reorder and rule is None and (
+                not prefills
+                or not decode_after_prefill
+                and self._running_order_is_plan_order(prefills, views, state)):
+            return None
         for request in prefills:
             if request.request_id not in views:
                 views[request.request_id] = self._view(request)
-        if not reorder and rule is None and not prefills:
-            return None
         rank = step_rank(policy, self._now, self._by_priority)
-        if (not reorder and rule is None and not decode_after_prefill
-                and self._running_order_is_plan_order(prefills, views, rank, state)):
-            return None
         decodes = [request for request in self.running if not request.is_prefill_chunk]
         if reorder:
             prefills.sort(key=lambda request: rank(views[request.request_id]))
@@ -672,8 +677,7 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             )
 
     def _running_order_is_plan_order(self, prefills: list[Request],
-                                     views: dict[str, RequestView],
-                                     rank: Callable[[RequestView], Rank], state: int) -> bool:
+                                     views: dict[str, RequestView], state: int) -> bool:
         """Whether vLLM's own loop already gives each running prefill what the plan
         would cap it to, so the plan (and the decode count it needs) can be skipped.
 
@@ -683,8 +687,15 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         and no admissible waiting request ranks above the last of them (the plan
         admits a waiting request first only when it ranks strictly better). This is the
         common light step: one partial prefill behind the decodes, the queue's head
-        ranked after it; the check costs a look at that head instead of the whole plan.
-        ``rank`` is the step's order, ``state`` vLLM's pause state."""
+        ranked after it; the check costs a look at that head instead of the whole plan,
+        and while :meth:`_still_ahead` vouches for its last answer, nothing.
+        ``views`` gets the views the check builds; ``state`` is vLLM's pause state."""
+        if self._ahead is not None and self._still_ahead(prefills, state):
+            return True
+        rank = step_rank(self.fairsched_policy, self._now, self._by_priority)
+        for request in prefills:
+            if request.request_id not in views:
+                views[request.request_id] = self._view(request)
         if len(prefills) == 1:
             last = rank(views[prefills[0].request_id])
         else:
@@ -693,7 +704,63 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
                 return False
             last = ranks[-1]
         head = self._first_waiting_rank(rank, state)
-        return head is None or head > last
+        holds = head is None or head > last
+        self._ahead = self._ahead_of_queue(prefills, state) if holds else None
+        return holds
+
+    def _ahead_of_queue(self, prefills: list[Request],
+                        state: int) -> tuple[Request, int, int] | None:
+        """What :meth:`_still_ahead` needs to vouch for a check that found the one running
+        prefill ahead of every waiting request: the prefill and the queues' change
+        counts. None where that cannot last: several prefills (their order among
+        themselves can change), no prefill computed yet (its view still counts a cached
+        prefix), keys that read more than the remaining work, priority levels, a pause,
+        or a waiting request the check skipped (it may become admissible ahead of the one
+        it compared)."""
+        policy = self.fairsched_policy
+        if (len(prefills) != 1 or prefills[0].num_computed_tokens == 0
+                or not policy.key_follows_remaining_work or self._by_priority
+                or state != UNPAUSED or self.kv_holding_waiting):
+            return None
+        waiting = self.waiting
+        if waiting and not admissible(self, waiting.peek_request(), LoraSlots.of(self)):
+            return None
+        return prefills[0], waiting.changes, self.kv_holding_waiting.changes
+
+    def _still_ahead(self, prefills: list[Request], state: int) -> bool:
+        """Whether the one running prefill is still ahead of every waiting request.
+
+        Since the last check nothing entered a waiting queue and no key was taken again
+        (the change counts): the queues only lost requests, and a waiting request keeps
+        its key. The prefill is the one the check found ahead, its key fallen as it
+        computed; or that one is done and this one was admitted since, from the head of
+        the queue, so ahead of every request left there while its key is at most the
+        one it was queued under. What time changes is the deadline lane: a waiting
+        request that went overdue outranks the prefill unless the prefill is overdue
+        too, with an earlier deadline."""
+        prefill, waiting_changes, held_changes = self._ahead
+        waiting = self.waiting
+        if (len(prefills) != 1 or state != UNPAUSED
+                or waiting.changes != waiting_changes
+                or self.kv_holding_waiting.changes != held_changes):
+            return False
+        if prefills[0] is not prefill:
+            prefill = prefills[0]
+            popped = waiting.last_popped
+            if (popped is None or popped[0] is not prefill
+                    or prefill.num_computed_tokens == 0
+                    or prefill_work(prefill) > popped[1].remaining_prefill):
+                return False
+            self._ahead = prefill, waiting_changes, held_changes
+        policy = self.fairsched_policy
+        if not policy.uses_deadlines:
+            return True
+        cutoff = policy.overdue_cutoff(self._now)
+        earliest = waiting.earliest_deadline()
+        if earliest > cutoff:
+            return True
+        own = self._deadline(prefill)
+        return own <= cutoff and own < earliest
 
     def _defers_prefills(self, throttle_prefills: bool) -> bool:
         """vLLM's data-parallel prefill balancing: on a throttled step that is not

@@ -45,6 +45,11 @@ class AgingPolicy(OrderingPolicy):
         if alpha is not None:
             self.set_alpha(alpha)
 
+    @property
+    def key_follows_remaining_work(self) -> bool:  # type: ignore[override]
+        """The key grows with the remaining work when beta is negative (the paper's)."""
+        return self.beta <= 0
+
     def set_alpha(self, alpha: float) -> None:
         """Change alpha; keys taken before are stale, so the caller re-keys its queues."""
         self.alpha = alpha

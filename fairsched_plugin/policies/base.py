@@ -99,6 +99,12 @@ class OrderingPolicy(ABC):
     """True when :meth:`deadline` gives each arriving request a point (in the unit of
     :meth:`overdue_cutoff`) after which it outranks every request that is not yet overdue
     (see :meth:`ranker`)."""
+    key_follows_remaining_work = False
+    """True when a request's key (between refreshes) reads only its remaining prefill work,
+    never decreasing in it, and what never changes (arrival, id). Then a request's key
+    can only fall as it prefills, so a running prefill found ahead of every waiting
+    request, or admitted from the head of the queue, stays ahead until the queues change,
+    and the adapter need not look again every step."""
 
     @abstractmethod
     def value(self, view: RequestView) -> float:

@@ -106,6 +106,7 @@ class GuardedSRPF(_Guarded, OrderingPolicy):
 
     name = "guarded-srpf"
     orders_decodes = False
+    key_follows_remaining_work = True
 
     def __init__(self, slack: float, window_s: float) -> None:
         self.guard = FcfsGuard(slack, window_s)
