@@ -360,11 +360,11 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             return
         chunks, finished, admitted, extra = record
         try:
+            # Positional, in on_dispatch's order: a keyword call costs more, every step.
             self._steps.on_dispatch(
                 scheduler_output, chunks, finished, admitted,
-                num_running=len(self.running) + len(self._hidden),
-                num_waiting=len(self.waiting) + len(self.kv_holding_waiting),
-                extra=extra,
+                len(self.running) + len(self._hidden),
+                len(self.waiting) + len(self.kv_holding_waiting), extra,
             )
         except Exception:
             self._degrade("the step trace")
@@ -383,7 +383,10 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         for req_id, n in scheduler_output.num_scheduled_tokens.items():
             request = requests[req_id]
             computed = request.num_computed_tokens
-            if has_prefill_work(request, computed):
+            # has_prefill_work(request, computed), inlined: a call per scheduled
+            # request per step, decodes included, costs more than the test.
+            if (computed < request.num_prompt_tokens
+                    or request.num_tokens - computed > 1):
                 chunks.append(n)
                 if computed + n >= request.num_tokens:
                     finished.append(req_id)
