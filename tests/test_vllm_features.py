@@ -76,6 +76,32 @@ def test_a_grammar_blocked_request_takes_no_budget(config_only_model, cls):
     engine.scheduler.finish_requests("grammar", RequestStatus.FINISHED_ABORTED)
 
 
+@pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
+def test_the_order_check_remembers_nothing_past_a_blocked_request(config_only_model, cls):
+    """With every slot taken vLLM's loop never reaches the queue, so a grammar-blocked
+    request ahead of the running prefill stays queued untouched, and its grammar may
+    finish at any step. The order check passes it over and finds the prefill ahead of
+    the next request; it must not remember that, or the unblocked request would get no
+    budget before the prefill."""
+    engine = _engine(config_only_model, AGING, cls, max_num_seqs=2)
+    engine.add([make_request("decode", 8, 200, arrival_time=100.0),
+                make_request("long", 4000, 4, arrival_time=100.0)])
+    engine.step()
+    engine.step()
+    engine.add([_grammar_blocked("grammar", 100, arrival_time=100.5),
+                make_request("after", 5000, 4, arrival_time=200.0)])
+    scheduler = engine.scheduler
+    verdicts = []
+    check = scheduler._running_order_is_plan_order
+    scheduler._running_order_is_plan_order = (
+        lambda *args: verdicts.append(check(*args)) or verdicts[-1])
+    for _ in range(3):
+        assert "long" in engine.step().output.num_scheduled_tokens
+        assert scheduler._ahead is None
+    assert verdicts and all(verdicts)
+    scheduler.finish_requests("grammar", RequestStatus.FINISHED_ABORTED)
+
+
 @pytest.mark.parametrize("rule", [{"lprs": {"align": "on"}},
                                   {"apc": {"enabled": True, "min_chunk": 16}}],
                          ids=["alignment", "apc"])

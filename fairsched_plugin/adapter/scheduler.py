@@ -706,9 +706,10 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
             if any(later < earlier for earlier, later in zip(ranks, ranks[1:])):
                 return False
             last = ranks[-1]
-        head = self._first_waiting_rank(rank, state)
+        head, passed_over = self._first_waiting_rank(rank, state)
         holds = head is None or head > last
-        self._ahead = self._ahead_of_queue(prefills, state) if holds else None
+        self._ahead = (self._ahead_of_queue(prefills, state)
+                       if holds and not passed_over else None)
         return holds
 
     def _ahead_of_queue(self, prefills: list[Request],
@@ -718,17 +719,14 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         counts. None where that cannot last: several prefills (their order among
         themselves can change), no prefill computed yet (its view still counts a cached
         prefix), keys that read more than the remaining work, priority levels, a pause,
-        or a waiting request the check skipped (it may become admissible ahead of the one
-        it compared)."""
+        or requests holding KV blocks. (Nor when the check passed a waiting request over:
+        it may become admissible ahead of the one compared; the caller knows.)"""
         policy = self.fairsched_policy
         if (len(prefills) != 1 or prefills[0].num_computed_tokens == 0
                 or not policy.key_follows_remaining_work or self._by_priority
                 or state != UNPAUSED or self.kv_holding_waiting):
             return None
-        waiting = self.waiting
-        if waiting and not admissible(self, waiting.peek_request(), LoraSlots.of(self)):
-            return None
-        return prefills[0], waiting.changes, self.kv_holding_waiting.changes
+        return prefills[0], self.waiting.changes, self.kv_holding_waiting.changes
 
     def _still_ahead(self, prefills: list[Request], state: int) -> bool:
         """Whether the one running prefill is still ahead of every waiting request.
@@ -808,8 +806,9 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
                         yield view(request)
 
     def _first_waiting_rank(self, rank: Callable[[RequestView], Rank],
-                            state: int) -> Rank | None:
-        """The rank of what :meth:`_waiting_views` yields first. In the common case, an
+                            state: int) -> tuple[Rank | None, bool]:
+        """The rank of what :meth:`_waiting_views` yields first, and whether a waiting
+        request ahead of it was passed over as not admissible. In the common case, an
         admissible head of the first non-empty queue, it is read without setting up the
         ordered iteration, and from the key it is queued under when it is not overdue
         (no view to build: the key is the one the queue will serve it by)."""
@@ -821,12 +820,14 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
                     head, key = queue.peek_request(), None
                 if admissible(self, head, LoraSlots.of(self)):
                     if key is not None:
-                        return self.fairsched_policy.rank_of_key(key)
-                    return rank(self._view(head))
+                        return self.fairsched_policy.rank_of_key(key), False
+                    return rank(self._view(head)), False
                 break
+        else:
+            return None, False  # nothing waits
         with closing(self._waiting_views()) as waiting:
             head = next(waiting, None)
-        return None if head is None else rank(head)
+        return (None if head is None else rank(head)), True
 
     def _decode_tokens(self, decodes: list[Request]) -> list[tuple[int, int]]:
         """``(context length, tokens)`` of each decode vLLM's running loop will serve (1
