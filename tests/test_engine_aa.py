@@ -102,4 +102,6 @@ def test_a_real_round_serves_every_arm_the_same_work(tiny_model: Path, tmp_path:
     assert all("steps" not in run for run in results["stock"])
     if mode:
         assert all(0 < run["ttft_p50_s"] <= run["ttft_p99_s"] for run in results[plugin_arm])
+        assert all(0 < run["ttft_mean_s"] <= run["e2e_mean_s"] for run in results[plugin_arm])
+        assert "x mean TTFT" in stdout
     assert f"| {plugin_arm} |" in stdout
