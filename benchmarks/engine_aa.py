@@ -13,7 +13,10 @@ decodes its case's output length. Two ways to serve it:
   own process, as in a server) in a worker process per arm, given the whole case at once
   (``LLM.generate``): no arrivals, no server, no client;
 * ``--server``: a real OpenAI-compatible server per arm, the case replayed at its arrival
-  times by the project's replay client, as ``fairsched bench`` does.
+  times by the project's replay client, as ``fairsched bench`` does; with ``--client
+  vllm-bench``, by ``vllm bench serve`` instead (vLLM's own client, its own Poisson
+  arrivals at the case's mean rate, seeded by the round, so every arm of a round sees the
+  same arrivals and each round new ones).
 
 An arm that makes stock's decisions (``fcfs``) does stock's work step for step in the
 first mode, so its time against stock's in the same round is what the plugin's machinery
@@ -145,8 +148,8 @@ class ArmWorker:
 
 class ArmServer:
     """A real OpenAI-compatible server serving one arm (``--server``): the same rounds
-    through the HTTP server and the project's replay client, arrivals as the case has
-    them, so what the server path and the clients add comes back in."""
+    through the HTTP server and a client (the project's replay client, or ``vllm bench
+    serve``), so what the server path and the clients add comes back in."""
 
     def __init__(self, spec: str, index: int, args: argparse.Namespace, out: Path,
                  stack: ExitStack, case: list[Any]) -> None:
@@ -155,6 +158,10 @@ class ArmServer:
 
         self.name = spec
         self.case = case
+        self.client = args.client
+        self.tokenizer = args.model
+        self.bench_dir = out / f"vllm-bench-{index}"
+        self.rounds = 0
         arm, env, self.trace = _arm_env(spec, out / f"trace-{index}.jsonl")
         env.update(DEV_MODE_ENV)
         engine = EngineSettings(max_num_batched_tokens=args.max_num_batched_tokens,
@@ -166,13 +173,11 @@ class ArmServer:
         warm_up(self.server.base_url, self.server.model, self.case)
 
     def run(self) -> dict[str, Any]:
-        """One replay of the case: its span, the server's CPU (the engine core's and the
-        API server's own), median, mean and P99 TTFT, mean E2E and mean time per output
-        token."""
+        """One round of the case through the client: its span, the server's CPU (the engine
+        core's and the API server's own), median, mean and P99 TTFT, mean E2E and mean
+        time per output token."""
         import psutil
 
-        from fairsched_plugin.bench.metrics import summarize_run
-        from fairsched_plugin.bench.replay import replay
         from fairsched_plugin.bench.runner import reset_prefix_cache
 
         reset_prefix_cache(self.server.base_url)
@@ -180,8 +185,21 @@ class ArmServer:
         engines = api.children(recursive=True)
         mark = _trace_size(self.trace)
         engine_cpu, own_cpu = _cpu_s(engines), _cpu_s([api])
+        figures = self._vllm_bench() if self.client == "vllm-bench" else self._replay()
+        self.rounds += 1
+        return {
+            **figures,
+            "engine_cpu_s": _cpu_s(engines) - engine_cpu,
+            "own_cpu_s": _cpu_s([api]) - own_cpu,
+            **_trace_steps(self.trace, mark),
+        }
+
+    def _replay(self) -> dict[str, float]:
+        """The case at its own arrival times, through the project's replay client."""
+        from fairsched_plugin.bench.metrics import summarize_run
+        from fairsched_plugin.bench.replay import replay
+
         result = replay(self.server.base_url, self.server.model, self.case, show_progress=False)
-        engine_cpu, own_cpu = _cpu_s(engines) - engine_cpu, _cpu_s([api]) - own_cpu
         summary = summarize_run([request.to_json() for request in result.requests])
         if summary["requests"]["failed"]:
             raise RuntimeError(f"arm {self.name}: {summary['requests']['failed']} requests "
@@ -189,15 +207,34 @@ class ArmServer:
         latency = summary["latency"]
         return {
             "wall_s": summary["throughput"]["makespan_s"],
-            "engine_cpu_s": engine_cpu,
-            "own_cpu_s": own_cpu,
             "output_tokens": summary["throughput"]["output_tokens"],
             "ttft_p50_s": latency["ttft_s"]["p50"],
             "ttft_mean_s": latency["ttft_s"]["mean"],
             "ttft_p99_s": latency["ttft_s"]["p99"],
             "e2e_mean_s": latency["e2e_s"]["mean"],
             "tpot_mean_s": latency["tpot_s"]["mean"],
-            **_trace_steps(self.trace, mark),
+        }
+
+    def _vllm_bench(self) -> dict[str, float]:
+        """The case's prompts and output lengths through ``vllm bench serve``, its Poisson
+        arrivals seeded by the round; its span is the benchmark's duration."""
+        from fairsched_plugin.bench import vllm_client
+
+        self.bench_dir.mkdir(exist_ok=True)
+        result = vllm_client.run(self.server.base_url, self.server.model, self.tokenizer,
+                                 self.case, self.bench_dir, timeout_s=1800, seed=self.rounds)
+        if result["completed"] != len(self.case):
+            raise RuntimeError(f"arm {self.name}: vllm bench serve completed "
+                               f"{result['completed']} of {len(self.case)} requests; see "
+                               f"{self.bench_dir / 'vllm-bench.log'} and {self.server.log_path}")
+        return {
+            "wall_s": result["duration_s"],
+            "output_tokens": result["output_tokens"],
+            "ttft_p50_s": result["ttft_p50_ms"] / 1000,
+            "ttft_mean_s": result["ttft_mean_ms"] / 1000,
+            "ttft_p99_s": result["ttft_p99_ms"] / 1000,
+            "e2e_mean_s": result["e2e_mean_ms"] / 1000,
+            "tpot_mean_s": result["tpot_mean_ms"] / 1000,
         }
 
 
@@ -252,6 +289,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--server", action="store_true",
                         help="serve each arm from a real OpenAI-compatible server and replay "
                              "the case at its arrival times (the project's replay client)")
+    parser.add_argument("--client", choices=["replay", "vllm-bench"], default="replay",
+                        help="with --server: the client of every round (vllm-bench: "
+                             "vllm bench serve, arrivals seeded by the round)")
     parser.add_argument("--plugin", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.table:
@@ -259,6 +299,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.case is None:
         parser.error("--case is required")
+    if args.client != "replay" and not args.server:
+        parser.error("--client needs --server: the engine-alone mode has no client")
     if args.mode == WORKER:
         run_worker(args)
         return

@@ -57,14 +57,24 @@ def test_table_pairs_each_round_with_the_first_arm(tmp_path: Path) -> None:
     assert rows["stock"].rstrip().endswith("| - | - |")
 
 
+def test_a_client_needs_a_server(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engine_aa.py"), "--case",
+         str(tmp_path / "case.jsonl"), "--client", "vllm-bench"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--client needs --server" in done.stderr
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("mode", "plugin_arm"), [([], "fcfs"), (["--server"], "fcfs#2")],
-                         ids=["engine", "server"])
+@pytest.mark.parametrize(("mode", "plugin_arm"),
+                         [([], "fcfs"), (["--server"], "fcfs#2"),
+                          (["--server", "--client", "vllm-bench"], "fcfs")],
+                         ids=["engine", "server", "server-vllm-bench"])
 def test_a_real_round_serves_every_arm_the_same_work(tiny_model: Path, tmp_path: Path,
                                                      mode: list[str], plugin_arm: str) -> None:
     """Two arms, two rounds on the tiny model: every request decodes its case length in
     every arm, the plugin arm's trace is read per round (``fcfs#2``: an instance suffix
-    starts the same arm), and the engines stop."""
+    starts the same arm), and the engines stop; through either client."""
     pytest.importorskip("vllm")
     from fairsched_plugin.bench.workloads import WorkloadRequest, write_case
 
@@ -104,4 +114,8 @@ def test_a_real_round_serves_every_arm_the_same_work(tiny_model: Path, tmp_path:
         assert all(0 < run["ttft_p50_s"] <= run["ttft_p99_s"] for run in results[plugin_arm])
         assert all(0 < run["ttft_mean_s"] <= run["e2e_mean_s"] for run in results[plugin_arm])
         assert "x mean TTFT" in stdout
+    if "vllm-bench" in mode:  # each round's own arrivals: the seed follows the round
+        for index in range(2):
+            log = (out / f"vllm-bench-{index}" / "vllm-bench.log").read_text()
+            assert "--seed 1" in log.splitlines()[0]
     assert f"| {plugin_arm} |" in stdout

@@ -39,12 +39,14 @@ def test_command_replays_the_case_in_order_with_exact_lengths(tmp_path: Path):
 def test_read_result_takes_the_headline_figures_and_refuses_a_partial_file(tmp_path: Path):
     saved = {"median_ttft_ms": 1.0, "mean_ttft_ms": 2.0, "p99_ttft_ms": 3.0,
              "mean_e2el_ms": 4.0, "output_throughput": 5.0, "completed": 6,
-             "mean_tpot_ms": 7.0, "p99_tpot_ms": 8.0}
+             "mean_tpot_ms": 7.0, "p99_tpot_ms": 8.0, "duration": 9.0,
+             "total_output_tokens": 10}
     path = tmp_path / "r.json"
     path.write_text(json.dumps(saved))
     assert vllm_client.read_result(path) == {
         "ttft_p50_ms": 1.0, "ttft_mean_ms": 2.0, "ttft_p99_ms": 3.0, "e2e_mean_ms": 4.0,
-        "output_tokens_per_s": 5.0, "completed": 6, "tpot_mean_ms": 7.0, "tpot_p99_ms": 8.0}
+        "output_tokens_per_s": 5.0, "completed": 6, "tpot_mean_ms": 7.0, "tpot_p99_ms": 8.0,
+        "duration_s": 9.0, "output_tokens": 10}
     path.write_text(json.dumps({"median_ttft_ms": 1.0}))
     with pytest.raises(ValueError, match="mean_e2el_ms"):
         vllm_client.read_result(path)

@@ -28,6 +28,8 @@ METRICS = {
     "tpot_mean_ms": "mean_tpot_ms",
     "tpot_p99_ms": "p99_tpot_ms",
     "completed": "completed",
+    "duration_s": "duration",
+    "output_tokens": "total_output_tokens",
 }
 """Report name -> key in ``vllm bench serve``'s saved result."""
 
@@ -60,14 +62,16 @@ def command(base_url: str, model: str, tokenizer: str, dataset: Path, case_size:
 
 
 def run(base_url: str, model: str, tokenizer: str, case: Sequence[WorkloadRequest],
-        run_dir: Path, timeout_s: float) -> dict[str, Any]:
-    """Replay ``case`` with ``vllm bench serve``; returns the figures named in
-    :data:`METRICS`. Its output goes to ``run_dir/vllm-bench.log``; a failure raises with
-    the log's path, since a missing second opinion must not pass unnoticed."""
+        run_dir: Path, timeout_s: float, seed: int = 0) -> dict[str, Any]:
+    """Replay ``case`` with ``vllm bench serve``, its arrivals drawn with ``seed``; returns
+    the figures named in :data:`METRICS`. Its output goes to ``run_dir/vllm-bench.log``; a
+    failure raises with the log's path, since a missing second opinion must not pass
+    unnoticed."""
     dataset = run_dir / "case-vllm.jsonl"
     write_vllm_custom(dataset, case)
     log = run_dir / "vllm-bench.log"
-    cmd = command(base_url, model, tokenizer, dataset, len(case), mean_rate(case), run_dir)
+    cmd = command(base_url, model, tokenizer, dataset, len(case), mean_rate(case), run_dir,
+                  seed)
     with open(log, "w") as out:
         out.write(" ".join(cmd) + "\n")
         out.flush()
