@@ -203,7 +203,8 @@ class ArmServer:
         summary = summarize_run([request.to_json() for request in result.requests])
         if summary["requests"]["failed"]:
             raise RuntimeError(f"arm {self.name}: {summary['requests']['failed']} requests "
-                               f"failed; see {self.server.log_path}")
+                               f"failed ({summary['requests']['errors']}); see "
+                               f"{self.server.log_path}")
         latency = summary["latency"]
         return {
             "wall_s": summary["throughput"]["makespan_s"],
@@ -324,7 +325,9 @@ def main(argv: list[str] | None = None) -> None:
                 result = arm.run()
                 results[arm.name].append(result)
                 print(f"round {round_ + 1} {arm.name}: {json.dumps(result)}", flush=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+            # Every whole round on disk: a run that fails later keeps its paired rounds
+            # for --table.
+            (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print_table(results)
 
 
