@@ -278,6 +278,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--case", type=Path, help="a case file (JSONL)")
     parser.add_argument("--table", type=Path, metavar="RESULTS",
                         help="print the table of an earlier run's results.json and stop")
+    parser.add_argument("--base", metavar="ARM",
+                        help="with --table: pair the rounds with this arm instead of the "
+                             "run's first (the default against the fcfs control, say)")
     parser.add_argument("--model", default=".cache/tiny-model")
     parser.add_argument("--arms", default="stock,fcfs,fcfs:trace_path=",
                         help="arms as fairsched bench names them; the first is the baseline; "
@@ -296,8 +299,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plugin", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.table:
-        print_table(json.loads(args.table.read_text()))
+        results = json.loads(args.table.read_text())
+        if args.base is not None:
+            if args.base not in results:
+                parser.error(f"--base {args.base}: the run has arms {', '.join(results)}")
+            results = {args.base: results.pop(args.base), **results}
+        print_table(results)
         return
+    if args.base is not None:
+        parser.error("--base needs --table")
     if args.case is None:
         parser.error("--case is required")
     if args.client != "replay" and not args.server:

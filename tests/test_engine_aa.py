@@ -57,6 +57,21 @@ def test_table_pairs_each_round_with_the_first_arm(tmp_path: Path) -> None:
     assert rows["stock"].rstrip().endswith("| - | - |")
 
 
+def test_table_pairs_with_another_base_on_request(tmp_path: Path) -> None:
+    stock = [_round(w) for w in (4.0, 8.0)]
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"stock": stock,
+                                   "fcfs": [_round(2 * r["wall_s"]) for r in stock]}))
+    table = [sys.executable, str(ROOT / "benchmarks" / "engine_aa.py"), "--table", str(results)]
+    out = subprocess.run([*table, "--base", "fcfs"], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert "against fcfs" in out
+    assert "| 0.500 [0.500-0.500] | 0.500 [0.500-0.500] |" in out.split("| stock |")[1]
+    done = subprocess.run([*table, "--base", "aging"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "the run has arms stock, fcfs" in done.stderr
+
+
 def test_a_client_needs_a_server(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "engine_aa.py"), "--case",
