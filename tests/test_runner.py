@@ -60,3 +60,14 @@ def test_sigterm_inside_a_server_block_unwinds_so_the_server_is_stopped():
     assert info.value.code == 128 + signal.SIGTERM
     assert stopped == [True]
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_benchmark_server_outlasts_the_clients_idle_connections(monkeypatch):
+    """vLLM closes idle connections after 5 s and the clients keep theirs longer: the
+    benchmark's servers must not close one under a request ("Server disconnected")."""
+    from fairsched_plugin.bench.server import server_env
+
+    monkeypatch.delenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", raising=False)
+    assert int(server_env()["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 60
+    monkeypatch.setenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "30")
+    assert server_env()["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] == "30"

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 READY_TIMEOUT_S = 600.0
+KEEP_ALIVE_S = 75
+"""Seconds a benchmark server keeps an idle connection: longer than any client's."""
 
 
 class ServerError(RuntimeError):
@@ -62,6 +64,10 @@ def server_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
     Inherited ``FAIRSCHED_*`` variables are dropped: what the server runs must be what the
     caller asked for (a benchmark's stock arm must not pick up a policy from the shell).
+    The server keeps idle connections open longer than the clients do (``vllm bench
+    serve`` 60 s, the replay client's aiohttp 15 s): at vLLM's 5 s a client can send a
+    request on a connection the server is closing, which fails as "Server disconnected"
+    with nothing in the server's log, at light load where connections sit idle.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
@@ -69,6 +75,7 @@ def server_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
     env.setdefault("DO_NOT_TRACK", "1")
+    env.setdefault("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", str(KEEP_ALIVE_S))
     env.update(extra or {})
     return env
 
