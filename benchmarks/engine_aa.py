@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--server", action="store_true",
                         help="serve each arm from a real OpenAI-compatible server and replay "
-                             "the case at its arrival times (the project's replay client)")
+                             "the case through a client (see --client)")
     parser.add_argument("--client", choices=["replay", "vllm-bench"], default="replay",
                         help="with --server: the client of every round (vllm-bench: "
                              "vllm bench serve, arrivals seeded by the round)")
