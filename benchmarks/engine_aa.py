@@ -12,6 +12,10 @@ decodes its case's output length. Two ways to serve it:
 * by default, the engine alone: a real vLLM engine (``vllm.LLM``, its engine core in its
   own process, as in a server) in a worker process per arm, given the whole case at once
   (``LLM.generate``): no arrivals, no server, no client;
+* ``--arrivals``: the same engine alone, each request added at its case arrival time
+  (prompts tokenized beforehand) and timed as the worker sees its outputs: arrivals as a
+  server sees them, without the HTTP server, the API process and the client, so a
+  difference between arms that shows with a server and not here lies on that path;
 * ``--server``: a real OpenAI-compatible server per arm, the case replayed at its arrival
   times by the project's replay client, as ``fairsched bench`` does; with ``--client
   vllm-bench``, by ``vllm bench serve`` instead (vLLM's own client, its own Poisson
@@ -24,7 +28,8 @@ costs per step; ``fcfs:trace_path=`` is the same without the per-step trace. Pri
 arm: the median over rounds of wall time and the engine core's CPU time, and the paired
 ratios to the first arm (median and range, and the geometric mean with its 95% bootstrap
 interval); for traced arms, the steps and the mean measured step time from the trace; with
-``--server`` also median, mean and P99 TTFT, mean E2E and mean time per output token.
+``--server`` or ``--arrivals`` also median, mean and P99 TTFT, mean E2E and mean time per
+output token.
 
     fairsched workload build --name uniform --model-dir .cache/tiny-model --num-requests 300 \\
         --param rate_per_s=10 --rate-scale 8 --max-output-tokens 128 --out runs/engine-aa/case.jsonl
@@ -60,6 +65,7 @@ def run_worker(args: argparse.Namespace) -> None:
     """One engine; reads ``run`` lines on stdin, answers each with a JSON line."""
     import psutil
     from vllm import LLM, SamplingParams
+    from vllm.sampling_params import RequestOutputKind
 
     from fairsched_plugin.bench.workloads import read_case
 
@@ -79,20 +85,73 @@ def run_worker(args: argparse.Namespace) -> None:
     warm = prompts[:64]
     llm.generate(warm, [SamplingParams(max_tokens=16, ignore_eos=True)] * len(warm),
                  use_tqdm=False)
+    if args.arrivals:
+        tokenizer = llm.get_tokenizer()
+        token_ids = [tokenizer.encode(prompt) for prompt in prompts]
+        for p in params:
+            p.output_kind = RequestOutputKind.DELTA
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         if line.strip() != "run":
             break
         llm.reset_prefix_cache()
         engine_cpu, own_cpu, start = _cpu_s(engines), _cpu_s([me]), time.perf_counter()
-        outputs = llm.generate(prompts, params, use_tqdm=False)
-        wall = time.perf_counter() - start
+        if args.arrivals:
+            figures = _serve_at_arrivals(llm.llm_engine, case, token_ids, params)
+        else:
+            outputs = llm.generate(prompts, params, use_tqdm=False)
+            figures = {"wall_s": time.perf_counter() - start,
+                       "output_tokens": sum(len(o.outputs[0].token_ids) for o in outputs)}
         print(json.dumps({
-            "wall_s": wall,
+            **figures,
             "engine_cpu_s": _cpu_s(engines) - engine_cpu,
             "own_cpu_s": _cpu_s([me]) - own_cpu,
-            "output_tokens": sum(len(o.outputs[0].token_ids) for o in outputs),
         }), flush=True)
+
+
+def _serve_at_arrivals(engine: Any, case: list[Any], token_ids: list[list[int]],
+                       params: list[Any]) -> dict[str, float]:
+    """The case through vLLM's ``LLMEngine``, each request added once its arrival time has
+    passed, stepped as a server's output loop would; the client-side times of every
+    request, summarized as a replay's are.
+
+    A request arriving while ``step()`` waits for the engine core's next output is added
+    when it returns, one engine step late at most, alike for every arm."""
+    from fairsched_plugin.bench.replay import RequestResult
+
+    results = [RequestResult(id=request.id, category=request.category, tier=request.tier,
+                             prompt_tokens=len(ids), target_output_tokens=request.output_tokens,
+                             arrival_s=request.arrival_s, request_class=request.request_class)
+               for request, ids in zip(case, token_ids)]
+    order = sorted(range(len(case)), key=lambda i: case[i].arrival_s)
+    by_id: dict[str, RequestResult] = {}
+    start = time.perf_counter()
+    added = steps = 0
+    while added < len(order) or engine.has_unfinished_requests():
+        now = time.perf_counter() - start
+        while added < len(order) and case[order[added]].arrival_s <= now:
+            i = order[added]
+            results[i].sent_s = now
+            engine.add_request(results[i].id, {"prompt_token_ids": token_ids[i]}, params[i])
+            by_id[results[i].id] = results[i]  # outputs carry the id as given
+            added += 1
+        if not engine.has_unfinished_requests():
+            time.sleep(max(0.0, case[order[added]].arrival_s - now))
+            continue
+        outputs = engine.step()
+        steps += bool(outputs)
+        for output in outputs:
+            now = time.perf_counter() - start
+            result = by_id[output.request_id]
+            tokens = len(output.outputs[0].token_ids)
+            if tokens and result.first_token_s is None:
+                result.first_token_s = now
+            result.output_tokens += tokens
+            if output.finished:
+                result.finish_s = now
+    return {**_summary([result.to_json() for result in results], "the engine-alone worker",
+                       "this log"),
+            "output_steps": steps}
 
 
 class ArmWorker:
@@ -112,6 +171,8 @@ class ArmWorker:
                    "--max-model-len", str(args.max_model_len)]
         if self.plugin:
             command.append("--plugin")
+        if args.arrivals:
+            command.append("--arrivals")
         self.log = open(out / f"worker-{index}.log", "w")
         self.process = subprocess.Popen(command, env=server_env(env), text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -196,25 +257,11 @@ class ArmServer:
 
     def _replay(self) -> dict[str, float]:
         """The case at its own arrival times, through the project's replay client."""
-        from fairsched_plugin.bench.metrics import summarize_run
         from fairsched_plugin.bench.replay import replay
 
         result = replay(self.server.base_url, self.server.model, self.case, show_progress=False)
-        summary = summarize_run([request.to_json() for request in result.requests])
-        if summary["requests"]["failed"]:
-            raise RuntimeError(f"arm {self.name}: {summary['requests']['failed']} requests "
-                               f"failed ({summary['requests']['errors']}); see "
-                               f"{self.server.log_path}")
-        latency = summary["latency"]
-        return {
-            "wall_s": summary["throughput"]["makespan_s"],
-            "output_tokens": summary["throughput"]["output_tokens"],
-            "ttft_p50_s": latency["ttft_s"]["p50"],
-            "ttft_mean_s": latency["ttft_s"]["mean"],
-            "ttft_p99_s": latency["ttft_s"]["p99"],
-            "e2e_mean_s": latency["e2e_s"]["mean"],
-            "tpot_mean_s": latency["tpot_s"]["mean"],
-        }
+        return _summary([request.to_json() for request in result.requests],
+                        f"arm {self.name}", str(self.server.log_path))
 
     def _vllm_bench(self) -> dict[str, float]:
         """The case's prompts and output lengths through ``vllm bench serve``, its Poisson
@@ -237,6 +284,27 @@ class ArmServer:
             "e2e_mean_s": result["e2e_mean_ms"] / 1000,
             "tpot_mean_s": result["tpot_mean_ms"] / 1000,
         }
+
+
+def _summary(requests: list[dict[str, Any]], who: str, log: str) -> dict[str, float]:
+    """A round's figures from the client's record of every request; an error names the
+    failed requests' errors and where to look."""
+    from fairsched_plugin.bench.metrics import summarize_run
+
+    summary = summarize_run(requests)
+    if summary["requests"]["failed"]:
+        raise RuntimeError(f"{who}: {summary['requests']['failed']} requests failed "
+                           f"({summary['requests']['errors']}); see {log}")
+    latency = summary["latency"]
+    return {
+        "wall_s": summary["throughput"]["makespan_s"],
+        "output_tokens": summary["throughput"]["output_tokens"],
+        "ttft_p50_s": latency["ttft_s"]["p50"],
+        "ttft_mean_s": latency["ttft_s"]["mean"],
+        "ttft_p99_s": latency["ttft_s"]["p99"],
+        "e2e_mean_s": latency["e2e_s"]["mean"],
+        "tpot_mean_s": latency["tpot_s"]["mean"],
+    }
 
 
 def _cpu_s(processes: list[Any]) -> float:
@@ -296,6 +364,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--client", choices=["replay", "vllm-bench"], default="replay",
                         help="with --server: the client of every round (vllm-bench: "
                              "vllm bench serve, arrivals seeded by the round)")
+    parser.add_argument("--arrivals", action="store_true",
+                        help="engine alone, each request added at its arrival time, with "
+                             "TTFT, E2E and TPOT as the worker sees them (no server, no client)")
     parser.add_argument("--plugin", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.table:
@@ -312,6 +383,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--case is required")
     if args.client != "replay" and not args.server:
         parser.error("--client needs --server: the engine-alone mode has no client")
+    if args.arrivals and args.server:
+        parser.error("--arrivals is the engine-alone mode's; a server gets its arrivals "
+                     "from the client")
     if args.mode == WORKER:
         run_worker(args)
         return
@@ -353,8 +427,10 @@ def geomean_ci(ratios: list[float], draws: int = 10_000) -> tuple[float, float, 
 
 PAIRED_EXTRA = {"ttft_p50_s": "x median TTFT", "ttft_mean_s": "x mean TTFT",
                 "ttft_p99_s": "x P99 TTFT",
-                "e2e_mean_s": "x mean E2E", "tpot_mean_s": "x mean TPOT"}
-"""What a ``--server`` round also measures, shown as paired geometric means."""
+                "e2e_mean_s": "x mean E2E", "tpot_mean_s": "x mean TPOT",
+                "output_steps": "x steps with output"}
+"""What a ``--server`` or ``--arrivals`` round also measures, shown as paired geometric
+means (steps with output: ``--arrivals`` only, counted for every arm, stock included)."""
 
 
 def print_table(results: dict[str, list[dict[str, Any]]]) -> None:

@@ -1,7 +1,8 @@
 """benchmarks/engine_aa.py's reading of a run: paired ratios, their interval, the table.
 
 The analysis is checked on planted rounds whose ratios are known; one slow test per mode
-runs two arms for two rounds on the tiny model (the benchmark's figures are in
+(the engine alone with and without arrivals, a server with either client) runs two arms
+for two rounds on the tiny model (the benchmark's figures are in
 docs/engine-aa-s25)."""
 
 from __future__ import annotations
@@ -80,11 +81,19 @@ def test_a_client_needs_a_server(tmp_path: Path) -> None:
     assert done.returncode == 2 and "--client needs --server" in done.stderr
 
 
+def test_arrivals_belong_to_the_engine_alone_mode(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engine_aa.py"), "--case",
+         str(tmp_path / "case.jsonl"), "--server", "--arrivals"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--arrivals is the engine-alone mode's" in done.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "plugin_arm"),
-                         [([], "fcfs"), (["--server"], "fcfs#2"),
+                         [([], "fcfs"), (["--arrivals"], "fcfs"), (["--server"], "fcfs#2"),
                           (["--server", "--client", "vllm-bench"], "fcfs")],
-                         ids=["engine", "server", "server-vllm-bench"])
+                         ids=["engine", "engine-arrivals", "server", "server-vllm-bench"])
 def test_a_real_round_serves_every_arm_the_same_work(tiny_model: Path, tmp_path: Path,
                                                      mode: list[str], plugin_arm: str) -> None:
     """Two arms, two rounds on the tiny model: every request decodes its case length in
@@ -95,7 +104,7 @@ def test_a_real_round_serves_every_arm_the_same_work(tiny_model: Path, tmp_path:
 
     case = tmp_path / "case.jsonl"
     write_case(case, [
-        WorkloadRequest(id=f"aa-{i}", arrival_s=0.02 * i,
+        WorkloadRequest(id=f"aa-{i}", arrival_s=0.25 * i,
                         prompt="Tell me about scheduling. " * (1 + 3 * (i % 3)),
                         prompt_tokens=1 + 5 * (1 + 3 * (i % 3)), output_tokens=4 + i,
                         tier=0, request_class="short", category="aa")
@@ -129,6 +138,8 @@ def test_a_real_round_serves_every_arm_the_same_work(tiny_model: Path, tmp_path:
         assert all(0 < run["ttft_p50_s"] <= run["ttft_p99_s"] for run in results[plugin_arm])
         assert all(0 < run["ttft_mean_s"] <= run["e2e_mean_s"] for run in results[plugin_arm])
         assert "x mean TTFT" in stdout
+    if "--arrivals" in mode:  # held back until its arrival, the last request ends after it
+        assert all(run["wall_s"] > 0.25 * 7 for runs in results.values() for run in runs)
     if "vllm-bench" in mode:  # each round's own arrivals: the seed follows the round
         for index in range(2):
             log = (out / f"vllm-bench-{index}" / "vllm-bench.log").read_text()
