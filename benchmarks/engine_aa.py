@@ -7,7 +7,7 @@ arms decoded 10% slower than stock in some runs and not in others (``docs/result
 A/A with and without the per-step trace). Here every arm is started once and kept: each
 round hands every arm the whole case, arms in an order that rotates every round, only one
 arm working at a time, the prefix cache reset first, ``ignore_eos`` so each request
-decodes its case's output length. Two ways to serve it:
+decodes its case's output length. Three ways to serve it:
 
 * by default, the engine alone: a real vLLM engine (``vllm.LLM``, its engine core in its
   own process, as in a server) in a worker process per arm, given the whole case at once

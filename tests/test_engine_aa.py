@@ -73,20 +73,17 @@ def test_table_pairs_with_another_base_on_request(tmp_path: Path) -> None:
     assert done.returncode == 2 and "the run has arms stock, fcfs" in done.stderr
 
 
-def test_a_client_needs_a_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--client", "vllm-bench"], "--client needs --server"),
+    (["--server", "--arrivals"], "--arrivals is the engine-alone mode's"),
+], ids=["a client needs a server", "arrivals belong to the engine alone"])
+def test_modes_that_do_not_mix_are_refused(tmp_path: Path, flags: list[str],
+                                           message: str) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "engine_aa.py"), "--case",
-         str(tmp_path / "case.jsonl"), "--client", "vllm-bench"],
+         str(tmp_path / "case.jsonl"), *flags],
         capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "--client needs --server" in done.stderr
-
-
-def test_arrivals_belong_to_the_engine_alone_mode(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "engine_aa.py"), "--case",
-         str(tmp_path / "case.jsonl"), "--server", "--arrivals"],
-        capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "--arrivals is the engine-alone mode's" in done.stderr
+    assert done.returncode == 2 and message in done.stderr
 
 
 @pytest.mark.slow
@@ -140,6 +137,9 @@ def test_a_real_round_serves_every_arm_the_same_work(tiny_model: Path, tmp_path:
         assert "x mean TTFT" in stdout
     if "--arrivals" in mode:  # held back until its arrival, the last request ends after it
         assert all(run["wall_s"] > 0.25 * 7 for runs in results.values() for run in runs)
+        # Counted on the worker's side, so for stock too.
+        assert all(run["output_steps"] > 0 for runs in results.values() for run in runs)
+        assert "x steps with output" in stdout
     if "vllm-bench" in mode:  # each round's own arrivals: the seed follows the round
         for index in range(2):
             log = (out / f"vllm-bench-{index}" / "vllm-bench.log").read_text()
