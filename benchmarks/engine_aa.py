@@ -119,12 +119,9 @@ def _serve_at_arrivals(engine: Any, case: list[Any], token_ids: list[list[int]],
     when it returns, one engine step late at most, alike for every arm."""
     from fairsched_plugin.bench.replay import RequestResult
 
-    results = [RequestResult(id=request.id, category=request.category, tier=request.tier,
-                             prompt_tokens=len(ids), target_output_tokens=request.output_tokens,
-                             arrival_s=request.arrival_s, request_class=request.request_class)
-               for request, ids in zip(case, token_ids)]
+    results = [RequestResult.for_case(request) for request in case]
+    by_id = {result.id: result for result in results}  # outputs carry the id as given
     order = sorted(range(len(case)), key=lambda i: case[i].arrival_s)
-    by_id: dict[str, RequestResult] = {}
     start = time.perf_counter()
     added = steps = 0
     while added < len(order) or engine.has_unfinished_requests():
@@ -133,15 +130,14 @@ def _serve_at_arrivals(engine: Any, case: list[Any], token_ids: list[list[int]],
             i = order[added]
             results[i].sent_s = now
             engine.add_request(results[i].id, {"prompt_token_ids": token_ids[i]}, params[i])
-            by_id[results[i].id] = results[i]  # outputs carry the id as given
             added += 1
         if not engine.has_unfinished_requests():
             time.sleep(max(0.0, case[order[added]].arrival_s - now))
             continue
         outputs = engine.step()
+        now = time.perf_counter() - start  # one step's outputs arrive together
         steps += bool(outputs)
         for output in outputs:
-            now = time.perf_counter() - start
             result = by_id[output.request_id]
             tokens = len(output.outputs[0].token_ids)
             if tokens and result.first_token_s is None:

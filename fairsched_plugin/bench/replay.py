@@ -41,6 +41,13 @@ class RequestResult:
     # The JSON key is "class"; a Python attribute cannot be.
     request_class: str = ""
 
+    @classmethod
+    def for_case(cls, case: Any) -> RequestResult:
+        """The record of one case request (a ``workloads.WorkloadRequest``), not yet sent."""
+        return cls(id=case.id, category=case.category, tier=case.tier,
+                   prompt_tokens=case.prompt_tokens, target_output_tokens=case.output_tokens,
+                   arrival_s=case.arrival_s, request_class=case.request_class)
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["class"] = data.pop("request_class")
@@ -62,15 +69,7 @@ async def _one(
     timeout_s: float,
     progress: tqdm,
 ) -> RequestResult:
-    result = RequestResult(
-        id=case.id,
-        category=case.category,
-        tier=case.tier,
-        prompt_tokens=case.prompt_tokens,
-        target_output_tokens=case.output_tokens,
-        arrival_s=case.arrival_s,
-        request_class=case.request_class,
-    )
+    result = RequestResult.for_case(case)
     await asyncio.sleep(max(0.0, start + case.arrival_s - time.time()))
     body = {**streamed_completion_body(model, case.prompt, case.output_tokens),
             "priority": case.tier}
