@@ -44,7 +44,7 @@ def test_defaults():
                                      aging=AgingConfig(alpha="auto", beta=-1.0))
     assert config.policy == "guarded-aging"
     assert (config.guarded_aging.slack, config.guarded_aging.window_s,
-            config.guarded_aging.auto_factor) == (1.0, 0.0, 0.25)
+            config.guarded_aging.auto_factor) == (1.25, 0.0, 0.25)
     assert config.decodes_first is False
     assert config.aging.alpha == "auto"
     assert config.aging.beta == -1.0
