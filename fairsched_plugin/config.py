@@ -69,9 +69,9 @@ class GuardedSRPFConfig:
 @dataclass(frozen=True)
 class GuardedAgingConfig:
     """Aging (alpha ``auto_factor`` times the measured prefill throughput) inside the
-    guard of guarded-srpf, with its own ``slack`` and ``window_s``. Slack 1.25: in every
-    paired comparison with slack 1 on the real CPU engine its P99 TTFT was level with slack
-    1's and its median TTFT lower (docs/results.md, "The default's slack")."""
+    guard of guarded-srpf, with its own ``slack`` and ``window_s``. Slack 1.25: in six
+    paired comparisons with slack 1 on the real CPU engine its median TTFT was 0.60-0.99x
+    of slack 1's for a P99 TTFT 0.98-1.06x of it (docs/results.md, "The default's slack")."""
 
     slack: float = 1.25
     window_s: float = 0.0
