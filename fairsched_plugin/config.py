@@ -28,6 +28,9 @@ from typing import Any
 
 ENV_PREFIX = "FAIRSCHED_"
 CONFIG_ENV = "FAIRSCHED_CONFIG"
+STRICT_VLLM_ENV = "FAIRSCHED_STRICT_VLLM"
+"""Not a config key: read at import by ``adapter.compat`` (1 refuses a vLLM newer than the
+tested range), before any configuration is loaded."""
 ADDITIONAL_CONFIG_KEY = "fairsched"
 SERVICE_MODES = ("budget", "ranked")
 MEMORY_PROVIDERS = ("auto", "torch", "nvml", "kv_cache")
@@ -497,14 +500,15 @@ def _flatten(section: Mapping[str, Any], source: str | None,
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, text in environ.items():
-        if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
+        if not name.startswith(ENV_PREFIX) or name in (CONFIG_ENV, STRICT_VLLM_ENV):
             continue
         key = _BY_ENV.get(name)
         if key is None:
             raise ConfigError(
                 f"fairsched config: unknown environment variable {name}; accepted:\n"
                 + accepted_keys()
-                + f"\n  (and {CONFIG_ENV}: a JSON object or a path to one)"
+                + f"\n  (and {CONFIG_ENV}: a JSON object or a path to one; "
+                f"{STRICT_VLLM_ENV}=1: refuse a vLLM newer than the tested range)"
             )
         out[key.path] = _coerce(key, text, name)
     return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 
 import pytest
 
@@ -169,8 +170,14 @@ def test_guarding_twice_wraps_once(guarded_platform):
 
 @pytest.fixture
 def npu_platform(monkeypatch):
-    """vLLM's current platform is the fake NPU one for the duration of a test."""
-    monkeypatch.setattr(vllm.platforms, "_current_platform", FakeNpuPlatform())
+    """vLLM's current platform is the fake NPU one for the duration of a test, also in
+    the vLLM modules that bound ``current_platform`` when imported (0.34's config)."""
+    real = vllm.platforms.current_platform
+    fake = FakeNpuPlatform()
+    monkeypatch.setattr(vllm.platforms, "_current_platform", fake)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm.") and getattr(module, "current_platform", None) is real:
+            monkeypatch.setattr(module, "current_platform", fake)
     assert vllm.platforms.current_platform.device_type == "npu"
     yield vllm.platforms.current_platform
 

@@ -8,6 +8,8 @@ these tests compare two independent readings."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -151,13 +153,81 @@ def test_request_fields_are_all_found_and_a_missing_one_is_named():
         compat.check_request_fields(NotARequest)
 
 
-@pytest.mark.parametrize("version", ["0.22.1", "0.34.0", "1.0.0"])
-def test_an_unsupported_release_is_refused_naming_the_range(version):
-    with pytest.raises(compat.UnsupportedVllmError, match=r">=0\.23,<0\.34"):
-        compat.check_vllm_version(version)
+def test_an_older_release_is_refused_naming_the_range():
+    with pytest.raises(compat.UnsupportedVllmError, match=r">=0\.23,<0\.35; the installed "
+                       r"vLLM is 0\.22\.1\."):
+        compat.check_vllm_version("0.22.1", environ={})
 
 
-@pytest.mark.parametrize("version", ["0.23.0", "0.27.1", "0.30.0", "0.32.0", "0.33.1",
-                                     "0.30.0rc2"])
-def test_supported_releases_pass(version):
-    compat.check_vllm_version(version)
+@pytest.mark.parametrize("version", ["0.23.0", "0.27.1", "0.30.0", "0.32.0", "0.33.0",
+                                     "0.34.0", "0.34.1", "0.30.0rc2"])
+def test_tested_releases_pass(version):
+    assert compat.check_vllm_version(version, environ={}) is False
+
+
+@pytest.mark.parametrize("version", ["0.35.0", "0.35.0rc1", "1.0.0"])
+def test_a_newer_release_is_untested_unless_strict_refuses_it(version):
+    assert compat.check_vllm_version(version, environ={}) is True
+    assert compat.check_vllm_version(version, environ={compat.STRICT_VLLM_ENV: "0"}) is True
+    with pytest.raises(compat.UnsupportedVllmError,
+                       match=rf"{version}; FAIRSCHED_STRICT_VLLM is set"):
+        compat.check_vllm_version(version, environ={compat.STRICT_VLLM_ENV: "1"})
+
+
+def test_a_newer_release_missing_a_hook_is_refused_naming_it():
+    """Past the tested range start-up rests on detection: a missing hook still stops it."""
+    from vllm.v1.request import Request
+
+    class HookMoved(Scheduler):
+        _preempt_request = None
+
+    with pytest.raises(compat.UnsupportedVllmError, match="HookMoved._preempt_request is "
+                       "missing"):
+        compat.wire(HookMoved, Request, "0.99.0")
+    base = compat.wire(Scheduler, Request, "0.99.0")
+    assert base.fairsched_untested_release is True
+    warning = compat.untested_release_warning("0.99.0", base.fairsched_surface)
+    assert "vLLM 0.99.0 is newer" in warning and base.fairsched_surface.describe() in warning
+
+
+NEWER_RELEASE_SCRIPT = """
+import logging, sys
+import vllm
+vllm.__version__ = "0.99.0"
+logging.basicConfig(level=logging.INFO)
+from fairsched_plugin import FairSyncScheduler
+from fairsched_plugin.sim.fake_engine import OfflineEngine, make_request, make_scheduler
+engine = OfflineEngine(make_scheduler(
+    FairSyncScheduler, sys.argv[1], max_num_batched_tokens=64, async_scheduling=False,
+    additional_config={"fairsched": {"policy": "aging", "aging": {"alpha": 1}}}))
+engine.add([make_request("long", 300, 2, 0.0), make_request("short", 20, 2, 0.1)])
+steps = engine.run_until_idle()
+print("served", steps, "steps; left", len(engine.scheduler.requests))
+"""
+
+
+def _start_on_newer_release(model_dir, strict: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
+    if strict is not None:
+        env[compat.STRICT_VLLM_ENV] = strict
+    return subprocess.run([sys.executable, "-c", NEWER_RELEASE_SCRIPT, str(model_dir)],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_newer_release_starts_a_real_scheduler_with_one_warning(config_only_model):
+    """vLLM reporting a version past the tested range, with every hook in place: the
+    plugin's scheduler is built, serves every request, and says so once in the log."""
+    run = _start_on_newer_release(config_only_model, None)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "left 0" in run.stdout, run.stdout
+    warnings = [line for line in run.stderr.splitlines() if "is newer than the releases" in line]
+    assert len(warnings) == 1, run.stderr[-3000:]
+    assert "vLLM 0.99.0" in warnings[0] and compat.STRICT_VLLM_ENV in warnings[0]
+    assert compat.detect_surface(Scheduler).describe() in warnings[0]
+
+
+def test_strict_mode_refuses_a_newer_release_at_import(config_only_model):
+    run = _start_on_newer_release(config_only_model, "1")
+    assert run.returncode != 0
+    assert "UnsupportedVllmError" in run.stderr and "0.99.0" in run.stderr, run.stderr[-3000:]
+    assert "FAIRSCHED_STRICT_VLLM is set" in run.stderr

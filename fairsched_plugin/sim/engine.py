@@ -24,7 +24,6 @@ from typing import Any
 
 from vllm.sampling_params import SamplingParams
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
 from ..adapter.profiling import kv_state_reader
@@ -36,6 +35,7 @@ from ..bench.workloads import WorkloadRequest
 from ..predictor.memory import KvCacheMemory
 from .batch import SimBatch
 from .clock import VirtualClock
+from .fake_engine import model_runner_output
 from .scheduler_factory import SimSettings, make_arm_scheduler
 from .step_models import StepModel
 
@@ -176,7 +176,7 @@ def simulate(
                 if upcoming is None:
                     _stalled(scheduler, "nothing schedulable and nothing left to arrive")
                 clock.jump_to(upcoming.arrival_s)
-                scheduler.update_from_output(output, _model_output({}))
+                scheduler.update_from_output(output, model_runner_output({}))
                 continue
             batch, finished = _batch_of(scheduler, output)
             if monitor is not None:
@@ -195,7 +195,7 @@ def simulate(
             if monitor is not None:
                 monitor.on_output(output)
             t4 = _cpu()
-            engine_outputs = scheduler.update_from_output(output, _model_output(sampled))
+            engine_outputs = scheduler.update_from_output(output, model_runner_output(sampled))
             t5 = _cpu()
             timing.update_s += t5 - t4
             timing.steps += 1
@@ -216,14 +216,6 @@ def simulate(
     if category is not None:
         run["category"] = category
     return SimRun(run, timing, clock.now)
-
-
-def _model_output(sampled: dict[str, list[int]]) -> ModelRunnerOutput:
-    ids = list(sampled)
-    return ModelRunnerOutput(
-        req_ids=ids, req_id_to_index={req_id: i for i, req_id in enumerate(ids)},
-        sampled_token_ids=[sampled[req_id] for req_id in ids], logprobs=None,
-        prompt_logprobs_dict={}, pooler_output=[])
 
 
 def _record(engine_outputs: Any, rows: dict[str, dict[str, Any]], now: float) -> None:

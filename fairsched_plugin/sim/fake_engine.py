@@ -15,7 +15,7 @@ import json
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,21 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
+
+_OUTPUT_HAS_INDEX = "req_id_to_index" in {f.name for f in fields(ModelRunnerOutput)}
+"""vLLM before 0.34 passes each request's row index beside ``req_ids``; 0.34 dropped it."""
+
+
+def model_runner_output(sampled: dict[str, list[int]]) -> ModelRunnerOutput:
+    """The model's output for one step: the tokens each scheduled request sampled, in the
+    shape this vLLM's ``update_from_output`` reads."""
+    ids = list(sampled)
+    index = {"req_id_to_index": {req_id: i for i, req_id in enumerate(ids)}} if (
+        _OUTPUT_HAS_INDEX) else {}
+    return ModelRunnerOutput(req_ids=ids, sampled_token_ids=[sampled[i] for i in ids],
+                             logprobs=None, prompt_logprobs_dict={}, pooler_output=[],
+                             **index)
+
 
 _CONFIG_ONLY_MODEL = {
     "architectures": ["LlamaForCausalLM"],
@@ -229,16 +244,9 @@ class OfflineEngine:
         record = self._queue.popleft()
         if self.model_time_s:
             time.sleep(self.model_time_s)
-        ids = list(record.output.num_scheduled_tokens)
-        model_output = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={req_id: i for i, req_id in enumerate(ids)},
-            sampled_token_ids=[record.sampled[req_id] for req_id in ids],
-            logprobs=None,
-            prompt_logprobs_dict={},
-            pooler_output=[],
-        )
-        self.scheduler.update_from_output(record.output, model_output)
+        sampled = {req_id: record.sampled[req_id]
+                   for req_id in record.output.num_scheduled_tokens}
+        self.scheduler.update_from_output(record.output, model_runner_output(sampled))
 
     def step(self) -> StepRecord:
         """Schedule once, then complete batches until fewer than ``in_flight`` remain."""
