@@ -145,11 +145,16 @@ def _may_read_prefix_cache(manager: Any, request: Request) -> bool:
     return manager.enable_caching and not request.skip_reading_prefix_cache
 
 
-def _longest_cache_hit(request: Request) -> int:
+def _longest_cache_hit(request: Request, aux_output_connector: Any) -> int:
     """The longest hit vLLM accepts: all but the last token, bounded from 0.34 on by the
-    request's own limit (prompt logprobs, skipped cache reads)."""
-    bound = getattr(request, "get_max_cache_hit_length", None)
-    return bound() if bound is not None else request.num_tokens - 1
+    request's own limit (prompt logprobs, skipped cache reads) and by the auxiliary-output
+    connector's (the outputs it retains for the prefix)."""
+    bound = (None if aux_output_connector is None
+             else aux_output_connector.max_cache_hit(request))
+    limit = getattr(request, "get_max_cache_hit_length", None)
+    if limit is not None:
+        return limit(bound)
+    return request.num_tokens - 1 if bound is None else min(bound, request.num_tokens - 1)
 
 
 def _view_deadline(view: RequestView) -> float:
@@ -511,7 +516,8 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
         if (self.fairsched_config.prefix_aware and request.num_computed_tokens == 0
                 and not self._replays_prefix and _may_read_prefix_cache(manager, request)):
             _blocks, cached, *_ = manager.coordinator.find_longest_cache_hit(
-                request.block_hashes, _longest_cache_hit(request))
+                request.block_hashes,
+                _longest_cache_hit(request, getattr(self, "aux_output_connector", None)))
         self._cached_prefix[request.request_id] = cached
         return cached
 
