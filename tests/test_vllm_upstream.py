@@ -17,6 +17,12 @@ each configuration:
 * every listed difference really fails on the plugin and passes on stock (a fixed bug
   makes this test fail until its entry is removed);
 * the plugin run built plugin schedulers only, and ran the same tests as stock.
+
+Each release in ``harness.UPSTREAM_VERSIONS`` runs its own tests (0.32.0, installed; 0.33.0
+and 0.34.0 over their source overlays). Every configuration runs on the installed release
+and the newest; the release between them runs stock, ``fcfs`` and the default, which keeps
+the suite inside CI's time. An entry of ``differences.toml`` applies to the releases its
+``vllm`` list names, or to every release without one.
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from vllm_upstream.harness import SuiteResult, run_suite  # noqa: E402
+from vllm_upstream.harness import (  # noqa: E402
+    DRAIN_TEST,
+    INSTALLED_VERSION,
+    UPSTREAM_VERSIONS,
+    SuiteResult,
+    run_suite,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -42,66 +54,89 @@ CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
 }
 """Name in differences.toml -> (policy, further FAIRSCHED_* settings)."""
 POLICIES = tuple(CONFIGS)
+RUNS = [(version, policy) for version in UPSTREAM_VERSIONS for policy in POLICIES
+        if version in (INSTALLED_VERSION, UPSTREAM_VERSIONS[-1])
+        or policy in ("fcfs", "guarded-aging")]
+"""(release, configuration) pairs run: see the module docstring."""
 
 
 @dataclass(frozen=True)
 class Lists:
-    """``differences.toml``: exclusions (fail on stock) and differences (policy, test)."""
+    """``differences.toml``: exclusions (fail on stock) and differences (policy, test),
+    each for the releases its ``vllm`` list names (all without one)."""
 
     excluded: list[dict[str, object]]
-    differences: list[dict[str, str]]
+    differences: list[dict[str, object]]
 
-    def excluded_tests(self) -> set[str]:
-        return {test for entry in self.excluded for test in entry["tests"]}  # type: ignore[attr-defined]
+    @staticmethod
+    def _for(entry: dict[str, object], version: str) -> bool:
+        return version in entry.get("vllm", UPSTREAM_VERSIONS)  # type: ignore[operator]
 
-    def listed(self, policy: str) -> dict[str, str]:
-        return {d["test"]: d["reason"] for d in self.differences if d["policy"] in (policy, "*")}
+    def excluded_tests(self, version: str) -> set[str]:
+        return {test for entry in self.excluded if self._for(entry, version)
+                for test in entry["tests"]}  # type: ignore[attr-defined]
+
+    def listed(self, policy: str, version: str) -> dict[str, str]:
+        return {d["test"]: d["reason"] for d in self.differences  # type: ignore[misc]
+                if d["policy"] in (policy, "*") and self._for(d, version)}
 
 
 def load_lists() -> Lists:
     data = tomllib.loads(LISTS.read_text())
     lists = Lists(data.get("excluded", []), data.get("difference", []))
     for entry in lists.excluded:
-        assert set(entry) == {"tests", "reason"} and str(entry["reason"]).strip(), entry
+        assert set(entry) - {"vllm"} == {"tests", "reason"} and str(
+            entry["reason"]).strip(), entry
     for entry in lists.differences:
-        assert set(entry) == {"policy", "test", "reason"} and entry["reason"].strip(), entry
+        assert set(entry) - {"vllm"} == {"policy", "test", "reason"} and str(
+            entry["reason"]).strip(), entry
         assert entry["policy"] in (*POLICIES, "*"), entry
+    for entry in lists.excluded + lists.differences:
+        assert set(entry.get("vllm", UPSTREAM_VERSIONS)) <= set(UPSTREAM_VERSIONS), entry
     return lists
 
 
-@pytest.fixture(scope="module")
-def stock() -> SuiteResult:
-    return run_suite("stock")
+_stock: dict[str, SuiteResult] = {}
 
 
-def test_stock_failures_are_exactly_the_excluded(stock: SuiteResult) -> None:
+def stock_run(version: str) -> SuiteResult:
+    """Stock vLLM's run of ``version``'s tests, once per session."""
+    if version not in _stock:
+        _stock[version] = run_suite("stock", version=version)
+    return _stock[version]
+
+
+@pytest.mark.parametrize("version", UPSTREAM_VERSIONS)
+def test_stock_failures_are_exactly_the_excluded(version: str) -> None:
     lists = load_lists()
+    stock = stock_run(version)
     assert stock.built["stock"] > 0 and stock.built["plugin"] == 0, stock.built
     failing = stock.failing()
-    excluded = lists.excluded_tests()
+    excluded = lists.excluded_tests(version)
     unexplained = sorted(failing - excluded)
     assert not unexplained, (
-        "tests that fail on stock vLLM without an [[excluded]] entry:\n"
+        f"tests that fail on stock vLLM {version} without an [[excluded]] entry:\n"
         + "\n".join(f"{t} | {stock.messages.get(t, '')}" for t in unexplained)
     )
     stale = sorted(excluded - failing)
-    assert not stale, f"[[excluded]] tests that do not fail on stock: {stale}"
+    assert not stale, f"[[excluded]] tests that do not fail on stock {version}: {stale}"
 
 
-@pytest.mark.parametrize("policy", POLICIES)
-def test_plugin_fails_only_the_listed(stock: SuiteResult, policy: str) -> None:
+@pytest.mark.parametrize(("version", "policy"), RUNS)
+def test_plugin_fails_only_the_listed(version: str, policy: str) -> None:
     lists = load_lists()
+    stock = stock_run(version)
     name, settings = CONFIGS[policy]
-    plugin = run_suite("plugin", name, fairsched_env=settings)
-    print(f"\nstock {stock.seconds:.0f} s {stock.counts()}; "
+    plugin = run_suite("plugin", name, fairsched_env=settings, version=version)
+    print(f"\nvLLM {version}: stock {stock.seconds:.0f} s {stock.counts()}; "
           f"plugin {policy} {plugin.seconds:.0f} s {plugin.counts()}")
     assert plugin.built["plugin"] > 0 and plugin.built["stock"] == 0, plugin.built
     assert set(plugin.outcomes) == set(stock.outcomes), "the two runs ran different tests"
-    listed = lists.listed(policy)
+    listed = lists.listed(policy, version)
     new_failures = plugin.failing() - stock.failing()
     unlisted = sorted(new_failures - set(listed))
     assert not unlisted, (
-        f"pass on stock, fail under {policy} and are not listed in {LISTS.name}:\n"
+        f"pass on stock {version}, fail under {policy} and are not listed in {LISTS.name}:\n"
         + "\n".join(f"{t} | {plugin.outcomes[t]} | {plugin.messages.get(t, '')}"
                     for t in unlisted)
     )
@@ -112,3 +147,19 @@ def test_plugin_fails_only_the_listed(stock: SuiteResult, policy: str) -> None:
         + "\n".join(f"{t} | stock {stock.outcomes.get(t)} | plugin {plugin.outcomes.get(t)}"
                     for t in stale)
     )
+
+
+@pytest.mark.parametrize("policy", ["stock", "aging", "guarded-aging"])
+def test_newer_scheduler_paths_drain(policy: str) -> None:
+    """vLLM 0.34's asynchronous KV loads, parked reservations, failed loads and draft
+    tokens, driven at random by vLLM's own mock connector (``drain_under_policy.py``):
+    every request ends and the queues, reservations and KV pool drain, under stock and
+    under two reordering policies."""
+    version = UPSTREAM_VERSIONS[-1]
+    if policy == "stock":
+        result = run_suite("stock", files=(DRAIN_TEST,), version=version)
+    else:
+        result = run_suite("plugin", policy, files=(DRAIN_TEST,), version=version)
+    print(f"\nvLLM {version} drain under {policy}: {result.seconds:.0f} s {result.counts()}")
+    assert result.built["plugin" if policy != "stock" else "stock"] >= 6, result.built
+    assert result.counts() == {"passed": 6}, result.log[-4000:]

