@@ -46,7 +46,7 @@ from ..config import STRICT_VLLM_ENV
 TESTED_VLLM = (Version("0.23"), Version("0.35"))
 """Half-open range [low, high) of vLLM releases whose scheduler source was checked (the
 source of 0.23.0, 0.27.1, 0.30.0, 0.32.0, 0.33.0 and 0.34.0 runs the scheduler tests in
-CI). A newer release starts when every hook is detected (:func:`untested_release`); an
+CI). A newer release starts when every hook is detected (:func:`check_vllm_version`); an
 older one is refused: it predates the hooks."""
 
 RESERVE = "_reserve_prefill_lookahead"

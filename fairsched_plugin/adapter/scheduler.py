@@ -24,7 +24,8 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
    not looked at again while nothing has entered the queues since);
 5. vLLM's own ``schedule()`` runs; its per-request hook ``_reserve_prefill_lookahead``
    returns ``min(n, cap)`` for running partial prefills (0 skips one for this step), and
-   the waiting queue, a heap on the same key, admits in policy order.
+   the waiting queue, a heap on the same key, admits in policy order until a waiting
+   request the plan gives nothing (admissions close there, on every vLLM release).
 
 The plan sees only the waiting requests vLLM's loop can admit this step
 (``adapter.admission``: pause states, blocked and stale requests, LoRA slots), models
