@@ -69,3 +69,15 @@ PYEOF
   echo "0.23.0" > "$balance/.fairsched-overlay"
   echo "overlays: vLLM-Ascend 0.23.0 BalanceScheduler source in $balance"
 fi
+
+# vLLM-Ascend's newest release, 0.30.0rc2 (an sdist only), pairs with vLLM 0.30: its
+# BalanceScheduler source for the same test on the 0.30.0 overlay.
+balance="$ROOT/vllm-ascend-0.30.0rc2"
+if [[ " ${versions[*]} " == *" 0.30.0 "* && ! -f "$balance/.fairsched-overlay" ]]; then
+  rm -rf "$balance.partial"
+  "$PY" tests/vllm_upstream/sources.py ascend-balance 0.30.0rc2 "$balance.partial"
+  rm -rf "$balance"
+  mv "$balance.partial" "$balance"
+  echo "0.30.0rc2" > "$balance/.fairsched-overlay"
+  echo "overlays: vLLM-Ascend 0.30.0rc2 BalanceScheduler source in $balance"
+fi

