@@ -13,7 +13,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import profile as bench_profile
     from .model import tiny
     from .predictor import cli as predictor_cli
+    from .sim import capacity
     from .sim import cli as sim_cli
+    from .sim import suite
     from .sim import tune as sim_tune
 
     parser = argparse.ArgumentParser(prog="fairsched", description=__doc__)
@@ -26,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     predictor_cli.add_cli(subparsers)
     sim_cli.add_cli(subparsers)
     sim_tune.add_cli(subparsers)
+    capacity.add_cli(subparsers)
+    suite.add_cli(subparsers)
     return parser
 
 

@@ -11,9 +11,10 @@ from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
 from ..config import ENV_PREFIX, SERVICE_MODES
 from .arms import ARMS_HELP, parse_arms
-from .pairs import PairPool, read_pool, write_pool
+from .pairs import PairPool, load_tokenizer, read_pool, write_pool
 from .report import analyse_runs, render_markdown, write_report
 from .runner import EngineSettings, run_external, run_matrix
+from .traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
 from .workloads import (
     WORKLOADS,
     WorkloadRequest,
@@ -39,6 +40,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                            f"{SEED002_SUITE!r} = the eight seed-002 categories): "
                            + ", ".join(WORKLOADS))
     case.add_argument("--case", type=Path, help="replay this case file (JSONL)")
+    add_trace_arguments(bench, case)
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--num-requests", type=int)
     bench.add_argument("--rate-scale", type=_scales, default=[1.0], metavar="X[,X...]",
@@ -129,10 +131,21 @@ def _scales(text: str) -> list[float]:
 
 def load_cases(args: argparse.Namespace) -> dict[str, list[WorkloadRequest]]:
     """The cases to replay, by name: one case file, or each generated workload at each
-    rate scale (:func:`build_cases`)."""
+    rate scale (:func:`build_cases`), or the trace's window at each rate with prompts of
+    the recorded lengths in the served model's tokenizer."""
+    check_trace_arguments(args)
     if args.case:
         return {args.case.stem: read_case(args.case)}
+    if args.trace:
+        return trace_cases_from_args(args, load_tokenizer(args.model_dir))
     return build_cases(load_pool(args), args)
+
+
+def workload_label(args: argparse.Namespace) -> str:
+    """What a report names as the workload: the generated ones, the case file or the trace."""
+    if args.workload:
+        return ",".join(args.workload)
+    return str(args.case) if args.case else f"trace {args.trace}"
 
 
 def write_cases(out: Path, cases: dict[str, list[WorkloadRequest]]) -> None:
@@ -201,7 +214,7 @@ def main(args: argparse.Namespace) -> int:
     config = {
         "command": " ".join(["fairsched", *sys.argv[1:]]),
         "arms": [arm.name for arm in arms] if not args.base_url else [args.label],
-        "workload": ",".join(args.workload) if args.workload else str(args.case),
+        "workload": workload_label(args),
         "case": {name: case_summary(case) for name, case in cases.items()},
         "plugin_settings": plugin_settings(args),
         "engine_args": engine.args(),

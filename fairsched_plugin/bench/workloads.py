@@ -891,9 +891,16 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     pool.set_defaults(func=main_pool)
 
     build = commands.add_parser("build", help="write one workload case (JSONL)")
-    build.add_argument("--name", required=True, choices=list(WORKLOADS))
-    source = build.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model-dir", type=Path, help="model dir or tokenizer.json")
+    what = build.add_mutually_exclusive_group(required=True)
+    what.add_argument("--name", choices=list(WORKLOADS), help="a generated workload")
+    from .traces import add_trace_arguments
+
+    add_trace_arguments(build, what)
+    source = build.add_mutually_exclusive_group()
+    source.add_argument("--model-dir", type=Path,
+                        help="model dir or tokenizer.json (with --trace: write prompts of the "
+                             "recorded lengths in this tokenizer; without, prompts stay empty, "
+                             "which only the simulator replays)")
     source.add_argument("--pool", type=Path, help="a pool saved by 'workload pool'")
     build.add_argument("--out", type=Path, required=True)
     build.add_argument("--seed", type=int, default=0)
@@ -1025,9 +1032,24 @@ def build_workload_from_args(
 
 
 def main_build(args: argparse.Namespace) -> int:
-    """CLI entry: build (or read) the pool, generate the case, write it."""
+    """CLI entry: build (or read) the pool and generate the case, or cut the trace's
+    window; write it."""
+    from .traces import check_trace_arguments, trace_cases_from_args
+
     try:
-        requests = build_workload_from_args(args.name, pool_from_args(args), args)
+        check_trace_arguments(args)
+        if args.trace:
+            if args.trace_rate is not None and len(args.trace_rate) > 1:
+                raise ValueError("--trace-rate: one rate per case file")
+            if args.pool is not None:
+                raise ValueError("--pool: a trace brings its own requests; use --model-dir "
+                                 "for the tokenizer")
+            tokenizer = load_tokenizer(args.model_dir) if args.model_dir else None
+            (requests,) = trace_cases_from_args(args, tokenizer).values()
+        else:
+            if args.model_dir is None and args.pool is None:
+                raise ValueError("--name needs --model-dir or --pool")
+            requests = build_workload_from_args(args.name, pool_from_args(args), args)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -20,9 +20,11 @@ from ..bench.cli import (
     build_cases,
     load_pool,
     plugin_settings,
+    workload_label,
     write_cases,
 )
 from ..bench.report import analyse_runs, render_markdown, write_report
+from ..bench.traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
 from ..bench.workloads import (
     WORKLOADS,
     add_pool_arguments,
@@ -49,6 +51,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                       help="generate these workloads: " + ", ".join(WORKLOADS)
                            + " or 'seed002'")
     case.add_argument("--case", type=Path, help="replay this case file (JSONL)")
+    add_trace_arguments(parser, case)
     parser.add_argument("--step-model", required=True, metavar="SPEC",
                         help="onnx:PATH | analytic:ACCEL:MODEL[:field=value...] | "
                              "linear:BASE_MS:PER_TOKEN_MS")
@@ -76,6 +79,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix-caching", action="store_true",
                         help="turn vLLM's prefix cache on (prompts are distinct stand-in "
                              "token ids, so it only matters for identical case ids)")
+    parser.add_argument("--async-scheduling", action="store_true",
+                        help="vLLM's async engine (its default on GPUs): the next step is "
+                             "scheduled while one runs, outputs arrive a step late "
+                             "(default: sync, as the CPU engine runs)")
     parser.add_argument("--max-virtual-s", type=float, default=86_400.0,
                         help="stop and name the unfinished requests past this virtual time")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -116,14 +123,18 @@ def settings_from_args(args: argparse.Namespace, model: StepModel) -> SimSetting
         kv_cache_tokens=args.kv_cache_tokens or kv_tokens,
         kv_bytes_per_token=args.kv_bytes_per_token or kv_bytes,
         enable_prefix_caching=args.prefix_caching,
+        async_scheduling=args.async_scheduling,
         max_virtual_s=args.max_virtual_s,
     )
 
 
 def case_loader(args: argparse.Namespace):
-    """Cases per repeat: the case file every time, or the workloads built with seed + r."""
-    if args.case:
-        fixed = {args.case.stem: read_case(args.case)}
+    """Cases per repeat: the case file or the trace every time, or the workloads built
+    with seed + r."""
+    check_trace_arguments(args)
+    if args.case or args.trace:
+        fixed = {args.case.stem: read_case(args.case)} if args.case else (
+            trace_cases_from_args(args))
         return lambda r: fixed
     pool = load_pool(args)
 
@@ -183,7 +194,7 @@ def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model:
         "simulated": True,
         "step_model": model.description,
         "arms": [arm.name for arm in arms],
-        "workload": ",".join(args.workload) if args.workload else str(args.case),
+        "workload": workload_label(args),
         "case": {name: case_summary(case) for name, case in cases.items()},
         "plugin_settings": plugin_settings(_with_service(args)),
         "engine": {k: getattr(settings, k) for k in settings.__dataclass_fields__},

@@ -1,11 +1,16 @@
 """The engine loop of one simulated run: arrivals on the virtual clock, vLLM's
 ``schedule()``, a modelled step time, fake outputs through ``update_from_output``.
 
-Sync engine semantics (one batch in flight, as the CPU engine and ``--no-async-scheduling``
-run): at virtual time t the requests that arrived by t are added, the scheduler plans a
-step, the step model says it takes d, the clock moves to t + d and the step's outputs are
-applied; every request that sampled a token in it sees the token at t + d. An idle engine
-jumps to the next arrival. Each request emits exactly its target output tokens (EOS
+Sync engine semantics (as the CPU engine and ``--no-async-scheduling`` run): at virtual
+time t the requests that arrived by t are added, the scheduler plans a step, the step
+model says it takes d, the clock moves to t + d and the step's outputs are applied; every
+request that sampled a token in it sees the token at t + d. An idle engine jumps to the
+next arrival.
+
+Async semantics (``SimSettings.async_scheduling``, vLLM's default on GPUs, its engine
+core's batch queue of two): while step N runs, step N + 1 is scheduled, from what had
+arrived by N's start and without N's outputs; N's outputs are applied when N ends, and
+N + 1 starts then. Each request emits exactly its target output tokens (EOS
 ignored), so token accounting is exact by construction and checked at the end.
 
 The result is a run in the shape ``bench.report`` reads (``bench.runner.save_run``):
@@ -87,6 +92,15 @@ class Timing:
 
 
 @dataclass
+class _Batch:
+    """A dispatched step: what was scheduled, what each request samples, when it ends."""
+
+    output: Any
+    sampled: dict[str, list[int]]
+    finish_s: float
+
+
+@dataclass
 class SimRun:
     """One arm on one case: the report's run dict, and what the loop measured."""
 
@@ -128,8 +142,11 @@ def simulate(
     settings: SimSettings,
     trace_path: Path | None = None,
     category: str | None = None,
+    stop_at_last_arrival: bool = False,
 ) -> SimRun:
-    """Run ``arm`` on ``case`` (arrival-ordered) to completion on a virtual clock.
+    """Run ``arm`` on ``case`` (arrival-ordered) to completion on a virtual clock, or,
+    with ``stop_at_last_arrival``, until the first step that starts after the last
+    arrival (the requests then unfinished keep their partial rows).
 
     ``trace_path``: where the per-step trace goes (None: no trace). Raises
     :class:`SimulationStalled` past ``settings.max_virtual_s`` or when a step schedules
@@ -146,7 +163,20 @@ def simulate(
     cases: Iterator[WorkloadRequest] = iter(case)
     upcoming = next(cases, None)
     last_arrival = -1.0
+    in_flight: _Batch | None = None
     cpu_start = _cpu()
+
+    def complete(batch: _Batch) -> None:
+        """The batch's outputs reach the scheduler (and the clients) when it finishes."""
+        clock.jump_to(batch.finish_s)
+        if monitor is not None:
+            monitor.on_output(batch.output)
+        t0 = _cpu()
+        engine_outputs = scheduler.update_from_output(batch.output,
+                                                      model_runner_output(batch.sampled))
+        timing.update_s += _cpu() - t0
+        _record(engine_outputs, rows, clock.now)
+
     try:
         while True:
             while upcoming is not None and upcoming.arrival_s <= clock.now:
@@ -160,7 +190,9 @@ def simulate(
                 else:
                     scheduler.add_request(make_request(upcoming))
                 upcoming = next(cases, None)
-            if not scheduler.has_unfinished_requests():
+            if upcoming is None and stop_at_last_arrival and clock.now >= last_arrival:
+                break
+            if in_flight is None and not scheduler.has_unfinished_requests():
                 if upcoming is None:
                     break
                 clock.jump_to(upcoming.arrival_s)
@@ -170,12 +202,15 @@ def simulate(
                                     f"(bound {settings.max_virtual_s:g} s)")
             t0 = _cpu()
             output = scheduler.schedule()
-            t1 = _cpu()
-            timing.schedule_s += t1 - t0
+            timing.schedule_s += _cpu() - t0
             if output.total_num_scheduled_tokens == 0:
-                if upcoming is None:
+                if in_flight is not None:
+                    complete(in_flight)
+                    in_flight = None
+                elif upcoming is None:
                     _stalled(scheduler, "nothing schedulable and nothing left to arrive")
-                clock.jump_to(upcoming.arrival_s)
+                else:
+                    clock.jump_to(upcoming.arrival_s)
                 scheduler.update_from_output(output, model_runner_output({}))
                 continue
             batch, finished = _batch_of(scheduler, output)
@@ -187,19 +222,20 @@ def simulate(
             state = memory.read()
             t2 = _cpu()
             duration = step_model.step_time_s(batch, state)
-            t3 = _cpu()
-            timing.step_model_s += t3 - t2
-            clock.advance(duration)
+            timing.step_model_s += _cpu() - t2
+            timing.steps += 1
+            # The batch runs once the device is free: now, or when the batch in flight ends.
+            start = clock.now if in_flight is None else in_flight.finish_s
             sampled = {req_id: ([] if scheduler.requests[req_id].is_prefill_chunk else [1])
                        for req_id in output.num_scheduled_tokens}
-            if monitor is not None:
-                monitor.on_output(output)
-            t4 = _cpu()
-            engine_outputs = scheduler.update_from_output(output, model_runner_output(sampled))
-            t5 = _cpu()
-            timing.update_s += t5 - t4
-            timing.steps += 1
-            _record(engine_outputs, rows, clock.now)
+            dispatched = _Batch(output, sampled, start + duration)
+            if in_flight is not None:
+                complete(in_flight)
+            if settings.async_scheduling:
+                in_flight = dispatched  # the next step is scheduled while this one runs
+            else:
+                in_flight = None
+                complete(dispatched)
     finally:
         scheduler.shutdown()
         if monitor is not None:
@@ -207,7 +243,8 @@ def simulate(
     timing.other_s = _cpu() - cpu_start - (
         timing.schedule_s + timing.update_s + timing.step_model_s)
     requests = list(rows.values())
-    _check_tokens(requests)
+    if not stop_at_last_arrival:
+        _check_tokens(requests)
     trace = read_jsonl(trace_path) if trace_path is not None else []
     joined = join_trace(requests, trace, 0.0)
     run: dict[str, Any] = {"requests": requests, "trace": trace,

@@ -69,10 +69,15 @@ _CONFIG_ONLY_MODEL = {
 }
 
 
-def write_config_only_model(directory: Path) -> Path:
-    """A model directory with a config and no weights: enough for a scheduler."""
+def write_config_only_model(directory: Path, max_model_len: int = 32768) -> Path:
+    """A model directory with a config and no weights: enough for a scheduler. It declares
+    at least ``max_model_len`` positions, since vLLM caps the context at what the model
+    declares."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(_CONFIG_ONLY_MODEL))
+    config = {**_CONFIG_ONLY_MODEL,
+              "max_position_embeddings": max(_CONFIG_ONLY_MODEL["max_position_embeddings"],
+                                             max_model_len)}
+    (directory / "config.json").write_text(json.dumps(config))
     return directory
 
 

@@ -1,6 +1,6 @@
-"""Build the scheduler an arm runs: vLLM's stock ``Scheduler`` or the plugin's
-``FairScheduler`` (sync variant), unchanged, over a KV cache sized like the simulated
-device's. Only the construction is the simulator's; the classes are the real ones.
+"""Build the scheduler an arm runs: vLLM's stock scheduler or the plugin's
+``FairScheduler``, sync or async as vLLM would run them, unchanged, over a KV cache sized
+like the simulated device's. Only the construction is the simulator's; the classes are the real ones.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from vllm.config import CacheConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.structured_output import StructuredOutputManager
@@ -22,7 +23,7 @@ from ..bench.arms import STOCK, Arm
 from ..config import KEYS
 from .clock import VirtualClock
 
-_MODEL_DIR: Path | None = None
+_MODEL_DIRS: dict[int, Path] = {}
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class SimSettings:
     kv_cache_tokens: int = 1 << 20
     kv_bytes_per_token: int = 4096
     enable_prefix_caching: bool = False
+    async_scheduling: bool = False
+    """vLLM's async engine: the next step is scheduled while one is in flight (GPUs)."""
     max_virtual_s: float = 86_400.0
     """A run still unfinished at this virtual time stops and names its unfinished requests
     (a policy that starves a request must not run forever)."""
@@ -47,12 +50,13 @@ class SimSettings:
         return max(self.kv_cache_tokens // self.block_size, 1)
 
 
-def _model_dir() -> Path:
-    """A config-only model directory (vLLM's ModelConfig needs one; no weights are read)."""
-    global _MODEL_DIR
-    if _MODEL_DIR is None:
-        _MODEL_DIR = write_config_only_model(Path(tempfile.mkdtemp(prefix="fairsched-sim-")))
-    return _MODEL_DIR
+def _model_dir(max_model_len: int) -> Path:
+    """A config-only model directory (vLLM's ModelConfig needs one; no weights are read)
+    that declares at least ``max_model_len`` positions."""
+    if max_model_len not in _MODEL_DIRS:
+        _MODEL_DIRS[max_model_len] = write_config_only_model(
+            Path(tempfile.mkdtemp(prefix="fairsched-sim-")), max_model_len)
+    return _MODEL_DIRS[max_model_len]
 
 
 def arm_additional_config(arm: Arm, trace_path: Path | None) -> dict[str, Any]:
@@ -89,18 +93,19 @@ def _typed(text: str) -> Any:
 def make_arm_scheduler(
     arm: Arm, settings: SimSettings, clock: VirtualClock, trace_path: Path | None
 ) -> Scheduler:
-    """A sync scheduler for ``arm``: stock vLLM, or the plugin with the arm's config and
+    """The scheduler for ``arm``: stock vLLM's (``AsyncScheduler`` with async scheduling),
+    or the plugin's ``FairScheduler`` (which follows the mode) with the arm's config and
     the virtual clock."""
     plugin = arm.name != STOCK
     additional = arm_additional_config(arm, trace_path) if plugin else {}
-    model_config = ModelConfig(model=str(_model_dir()), dtype="float32", seed=0,
-                               skip_tokenizer_init=True)
+    model_config = ModelConfig(model=str(_model_dir(settings.max_model_len)), dtype="float32",
+                               seed=0, skip_tokenizer_init=True)
     scheduler_config = SchedulerConfig(
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         max_model_len=settings.max_model_len,
         enable_chunked_prefill=True,
-        async_scheduling=False,
+        async_scheduling=settings.async_scheduling,
         is_encoder_decoder=False,
     )
     cache_config = CacheConfig(block_size=settings.block_size, gpu_memory_utilization=0.9,
@@ -109,7 +114,7 @@ def make_arm_scheduler(
     vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
                              cache_config=cache_config, parallel_config=ParallelConfig(),
                              additional_config=additional)
-    vllm_config.scheduler_config.async_scheduling = False
+    vllm_config.scheduler_config.async_scheduling = settings.async_scheduling
     # One layer whose page holds a block's K and V of the whole model: float32 elements,
     # head_size chosen so page bytes = block_size x kv_bytes_per_token.
     head_size = max(settings.kv_bytes_per_token // (2 * 4), 1)
@@ -127,7 +132,7 @@ def make_arm_scheduler(
         block_size=settings.block_size, log_stats=False,
     )
     if not plugin:
-        return Scheduler(**kwargs)
+        return (AsyncScheduler if settings.async_scheduling else Scheduler)(**kwargs)
     from ..adapter.scheduler import FairScheduler
 
     return FairScheduler(**kwargs, clock=clock)

@@ -1,0 +1,246 @@
+"""Production traces as workload cases: a CSV of arrivals and token counts, a window of
+consecutive requests, compressed in time to a target rate with the burstiness kept.
+
+A trace is a CSV with a header and one request per row, in arrival order. Two column
+layouts are read (extra columns are ignored):
+
+- Vidur's and the Azure LLM inference trace's: ``arrived_at,num_prefill_tokens,
+  num_decode_tokens`` (seconds from the trace start, prompt tokens, output tokens);
+- an access log of your own: ``arrival_s,prompt_tokens,output_tokens``, with the same
+  meanings (the time origin does not matter: the window starts at 0).
+
+``--trace azure-conv`` names the packaged Azure conversation trace
+(``fairsched_plugin/data``, CC-BY; cite Splitwise, ISCA 2024).
+
+A window of ``num_requests`` rows from row ``start`` becomes a case: arrivals shifted to
+start at 0 and, with ``rate``, every gap multiplied by one factor so the window's mean rate
+(``(n - 1) / span``) is ``rate`` requests/s. The relative gaps stay as recorded, so bursts
+stay bursts. Requests are named ``<trace>-<row>`` (the row in the file, from 0), so the
+same request keeps its name in every window and rate.
+
+For the simulator only token counts matter and prompts stay empty; for a real server,
+:func:`with_exact_prompts` writes prompts that encode to exactly the recorded counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from .pairs import request_class
+from .workloads import CaseFormatError, WorkloadRequest, cut_to_tokens
+
+LAYOUTS: tuple[tuple[str, str, str], ...] = (
+    ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+    ("arrival_s", "prompt_tokens", "output_tokens"),
+)
+"""Accepted column layouts: arrival (s), prompt tokens, output tokens."""
+
+PACKAGED = {"azure-conv": "azure_conv_2023.csv"}
+"""Traces shipped in ``fairsched_plugin/data``, by the name ``--trace`` accepts."""
+
+
+class TraceFormatError(CaseFormatError):
+    """A trace that cannot be read; the message names the file, the row and the column."""
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """One recorded request: its row in the file (from 0), arrival and token counts."""
+
+    row: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+def resolve(trace: str | Path) -> Path:
+    """A packaged trace's name, or a path."""
+    name = str(trace)
+    if name in PACKAGED:
+        return Path(str(resources.files("fairsched_plugin.data") / PACKAGED[name]))
+    path = Path(trace)
+    if not path.is_file():
+        raise TraceFormatError(f"trace {name!r}: no such file, nor a packaged trace "
+                               f"({', '.join(PACKAGED)})")
+    return path
+
+
+def read_trace(trace: str | Path) -> list[TraceRow]:
+    """Every row of a trace, validated: the error names the line (the header is line 1)
+    and the column of the first bad value."""
+    path = resolve(trace)
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        header = reader.fieldnames or []
+        layout = next((cols for cols in LAYOUTS if set(cols) <= set(header)), None)
+        if layout is None:
+            wanted = " or ".join(",".join(cols) for cols in LAYOUTS)
+            raise TraceFormatError(f"{path}: header {','.join(header) or '(empty)'!r} lacks "
+                                   f"the columns {wanted}")
+        arrival_col, prompt_col, output_col = layout
+        rows: list[TraceRow] = []
+        last = -math.inf
+        for index, record in enumerate(reader):
+            line = index + 2
+            arrival = _number(record, arrival_col, path, line, integer=False)
+            prompt = int(_number(record, prompt_col, path, line, integer=True))
+            output = int(_number(record, output_col, path, line, integer=True))
+            if arrival < last:
+                raise TraceFormatError(f"{path}:{line}: column {arrival_col!r} {arrival:g} is "
+                                       f"before the previous row's {last:g}; sort the trace "
+                                       "by arrival")
+            last = arrival
+            rows.append(TraceRow(index, arrival, prompt, output))
+    if not rows:
+        raise TraceFormatError(f"{path}: no requests")
+    return rows
+
+
+def _number(record: dict[str, str | None], column: str, path: Path, line: int, *,
+            integer: bool) -> float:
+    text = (record.get(column) or "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (integer and (value < 1 or value != int(value))):
+        expected = "an integer >= 1" if integer else "a finite number >= 0"
+        raise TraceFormatError(f"{path}:{line}: column {column!r} must be {expected}, "
+                               f"got {text!r}")
+    return value
+
+
+def window(rows: Sequence[TraceRow], num_requests: int | None = None,
+           start: int = 0) -> list[TraceRow]:
+    """``num_requests`` consecutive rows from row ``start`` (all from ``start`` if None)."""
+    if start < 0 or start >= len(rows):
+        raise ValueError(f"--trace-start {start}: the trace has rows 0..{len(rows) - 1}")
+    if num_requests is not None and num_requests < 1:
+        raise ValueError(f"--num-requests {num_requests}: must be >= 1")
+    end = len(rows) if num_requests is None else start + num_requests
+    if end > len(rows):
+        raise ValueError(f"--num-requests {num_requests} from row {start}: the trace has only "
+                         f"{len(rows) - start} rows from there")
+    return list(rows[start:end])
+
+
+def mean_rate(rows: Sequence[TraceRow]) -> float:
+    """Requests/s of a window as recorded: ``(n - 1) / span`` (inf for one request or a
+    window that arrives all at once)."""
+    span = rows[-1].arrival_s - rows[0].arrival_s
+    return (len(rows) - 1) / span if span > 0 else math.inf
+
+
+def trace_case(rows: Sequence[TraceRow], name: str, rate: float | None = None
+               ) -> list[WorkloadRequest]:
+    """A window as a case: arrivals from 0, compressed to ``rate`` requests/s if given."""
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"--trace-rate {rate}: must be a number > 0")
+    first = rows[0].arrival_s
+    recorded = mean_rate(rows)
+    scale = 1.0 if rate is None or math.isinf(recorded) else recorded / rate
+    return [WorkloadRequest(id=f"{name}-{row.row}", arrival_s=(row.arrival_s - first) * scale,
+                            prompt="", prompt_tokens=row.prompt_tokens,
+                            output_tokens=row.output_tokens, tier=0,
+                            request_class=request_class(row.prompt_tokens), category=name)
+            for row in rows]
+
+
+def trace_name(trace: str | Path) -> str:
+    """The name requests of a trace carry: the packaged name, or the file's stem."""
+    return str(trace) if str(trace) in PACKAGED else Path(trace).stem
+
+
+def load_trace_case(trace: str | Path, *, rate: float | None = None,
+                    num_requests: int | None = None, start: int = 0) -> list[WorkloadRequest]:
+    """Read ``trace`` and make the case of one window at one rate."""
+    return trace_case(window(read_trace(trace), num_requests, start), trace_name(trace), rate)
+
+
+_FILLER = ("the of and to in is that for it as was with be by on not he this are or his "
+           "from at which but have an they you were her she there been one all we their "
+           "has would when if so what no more out up into do any your time only could new "
+           "them man some these then two first may like now my such make over our even "
+           "most me state after also made many did must before back see through way where "
+           "get much go well your years down should because each just those people how "
+           "too little good very great long own under last right still never world").split()
+
+
+def with_exact_prompts(requests: Sequence[WorkloadRequest], tokenizer: Tokenizer
+                       ) -> list[WorkloadRequest]:
+    """The same requests with prompt texts that encode to exactly their token counts
+    (special tokens included, as the completions endpoint counts them). Each prompt starts
+    with its request's name, so no two share a cached prefix."""
+    out = []
+    for number, request in enumerate(requests):
+        n = request.prompt_tokens
+        words = [f"{request.id}:"]
+        words += [_FILLER[(number * 7 + i * 13) % len(_FILLER)] for i in range(2 * n + 8)]
+        text = cut_to_tokens(tokenizer, " ".join(words), n)
+        if text is None:
+            raise ValueError(f"{request.id}: cannot write a prompt of exactly {n} tokens with "
+                             "this tokenizer")
+        out.append(replace(request, prompt=text))
+    return out
+
+
+# -------------------------------------------------------------------------------- CLI
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser,
+                        case_group: argparse._MutuallyExclusiveGroup) -> None:
+    """``--trace`` (beside ``--workload``/``--case``), ``--trace-rate`` and
+    ``--trace-start``; ``--num-requests`` is the window's size."""
+    case_group.add_argument(
+        "--trace", metavar="CSV|" + "|".join(PACKAGED),
+        help="replay a production trace (columns arrived_at,num_prefill_tokens,"
+             "num_decode_tokens or arrival_s,prompt_tokens,output_tokens); "
+             "'azure-conv' is the packaged Azure conversation trace; with --num-requests "
+             "N a window of N consecutive requests")
+    parser.add_argument("--trace-rate", type=_rates, metavar="R[,R...]",
+                        help="compress the trace window in time to R requests/s (its "
+                             "burstiness kept); several values give one case each "
+                             "(default: as recorded)")
+    parser.add_argument("--trace-start", type=int, default=0, metavar="ROW",
+                        help="the window's first row (from 0; default 0)")
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        rates = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--trace-rate {text!r}: numbers, comma-separated")
+    if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates) or (
+            len(set(rates)) != len(rates)):
+        raise argparse.ArgumentTypeError(f"--trace-rate {text!r}: distinct numbers > 0")
+    return rates
+
+
+def check_trace_arguments(args: argparse.Namespace) -> None:
+    """``--trace-rate``/``--trace-start`` mean nothing without ``--trace``."""
+    if getattr(args, "trace", None) is None and (
+            args.trace_rate is not None or args.trace_start != 0):
+        raise ValueError("--trace-rate and --trace-start need --trace")
+
+
+def trace_cases_from_args(args: argparse.Namespace, tokenizer: Tokenizer | None = None
+                          ) -> dict[str, list[WorkloadRequest]]:
+    """The window of ``--trace`` at each ``--trace-rate``, named ``TRACE@RATErps`` when
+    there are several rates; with ``tokenizer``, prompts of the exact recorded lengths."""
+    rows = window(read_trace(args.trace), args.num_requests, args.trace_start)
+    name = trace_name(args.trace)
+    rates: list[float | None] = list(args.trace_rate or [None])
+    cases = {}
+    for rate in rates:
+        label = name if len(rates) == 1 else f"{name}@{rate:g}rps"
+        case = trace_case(rows, name, rate)
+        cases[label] = with_exact_prompts(case, tokenizer) if tokenizer is not None else case
+    return cases

@@ -1,0 +1,85 @@
+"""The suite's scenarios: which requests arrive, in which relative pattern, and how long a
+context the engine must accept. Each builds a case at its own rate; the suite rescales
+the arrivals to each load (``capacity.at_rate``).
+
+- ``azure-conv``: the Azure LLM inference trace 2023, conversation service (packaged;
+  CC-BY, Splitwise, ISCA 2024): consecutive requests from the start of the trace with
+  their recorded prompt and output token counts and bursty arrivals.
+- ``sharegpt``: ShareGPT conversations' first turns with Poisson arrivals (the
+  ``uniform`` workload; token counts in the tiny model's tokenizer, which splits text
+  into somewhat more tokens than an 8B model's).
+- ``long-context``: ``azure-conv`` with one request in ``LONG_EVERY`` given a prompt of
+  32k-128k tokens (log-uniform, seeded; its output as recorded), as agentic and RAG
+  traffic mixes long documents into chat. ``max_model_len`` 131072.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..bench.pairs import build_pool, read_pool, request_class, write_pool
+from ..bench.traces import read_trace, trace_case, window
+from ..bench.workloads import WorkloadRequest, build_workload
+from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
+
+LONG_EVERY = 40
+LONG_RANGE = (32_768, 131_072)
+SHAREGPT_POOL = Path(".cache/sharegpt-pool.jsonl")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    max_model_len: int
+    build: Callable[[int], list[WorkloadRequest]]
+    """``n`` requests at the scenario's own rate."""
+
+
+def azure_conv(n: int) -> list[WorkloadRequest]:
+    return trace_case(window(read_trace("azure-conv"), n), "azure-conv")
+
+
+def long_context(n: int, seed: int = 0) -> list[WorkloadRequest]:
+    """``azure_conv`` with every ``LONG_EVERY``-th request (from the middle of the first
+    stride) made a long-context one; prompt + output stay within 131072."""
+    rng = np.random.default_rng(seed)
+    low, high = LONG_RANGE
+    out = []
+    for i, request in enumerate(azure_conv(n)):
+        if i % LONG_EVERY == LONG_EVERY // 2:
+            limit = high - request.output_tokens
+            prompt = min(int(math.exp(rng.uniform(math.log(low), math.log(high)))), limit)
+            request = replace(request, prompt_tokens=prompt,
+                              request_class=request_class(prompt))
+        out.append(replace(request, category="long-context"))
+    return out
+
+
+def sharegpt(n: int) -> list[WorkloadRequest]:
+    """The ``uniform`` ShareGPT workload from the pool ``make main`` builds (built here
+    with the tiny model's tokenizer when missing)."""
+    if SHAREGPT_POOL.exists():
+        pool = read_pool(SHAREGPT_POOL)
+    else:
+        build_tiny_model(DEFAULT_MODEL_DIR)
+        pool = build_pool(DEFAULT_MODEL_DIR, None)
+        SHAREGPT_POOL.parent.mkdir(parents=True, exist_ok=True)
+        write_pool(SHAREGPT_POOL, pool)
+    return build_workload("uniform", pool, seed=0, num_requests=n)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s for s in (
+        Scenario("azure-conv", "Azure LLM inference trace 2023, conversation service",
+                 16_384, azure_conv),
+        Scenario("sharegpt", "ShareGPT first turns, Poisson arrivals", 16_384, sharegpt),
+        Scenario("long-context", f"azure-conv with 1 in {LONG_EVERY} prompts of 32k-128k "
+                                 "tokens", 131_072, long_context),
+    )
+}

@@ -1,0 +1,294 @@
+"""``fairsched suite``: every arm on every scenario, device and model, at loads set against
+stock vLLM's measured capacity, in the simulator; one results file, one table, plots.
+
+A *group* is a scenario on a device with a model in one scheduling mode, at ``vllm
+serve``'s own defaults for that device (``devices``) and the scenario's context length.
+For each group the suite finds stock's capacity (``capacity``), then runs every arm at
+each load (a fraction of that capacity) on the same requests. A run is deterministic:
+rerunning a cell gives the identical figures, which is how a test keeps the committed
+results honest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..bench.arms import STOCK, parse_arm
+from ..config import FairschedConfig
+from . import analytic
+from .capacity import at_rate, find_capacity
+from .devices import serve_defaults
+from .engine import simulate
+from .hardware import accelerator, model_config
+from .scenarios import SCENARIOS, Scenario
+from .scheduler_factory import SimSettings
+from .step_models import AnalyticStepModel
+
+LOADS = (0.5, 0.9, 1.0, 1.1, 1.3)
+DEFAULT_POLICY = FairschedConfig().policy
+ARMS = tuple(dict.fromkeys((STOCK, "fcfs", DEFAULT_POLICY, "guarded-srpf", "hrrn", "preflow",
+                            "spf")))
+"""Stock, the plugin's ``fcfs`` (stock's order through the plugin: the control), the
+default, the main alternatives, and ``spf`` (mean-optimal, tail-blind: the limit)."""
+CLASS_EDGES = (("short", 0, 128), ("medium", 128, 1025), ("long", 1025, 32_768),
+               ("32k+", 32_768, 1 << 40))
+"""Prompt-length classes of the per-class tail: the project's short/medium/long, with
+long-context prompts (32k tokens and more) apart."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    scenarios: tuple[str, ...]
+    devices: tuple[str, ...]
+    models: tuple[str, ...]
+    modes: tuple[str, ...]
+    """``async`` (vLLM's default on these devices) and/or ``sync``."""
+    loads: tuple[float, ...]
+    arms: tuple[str, ...]
+    num_requests: int
+    sync_also: tuple[tuple[str, str, str], ...] = ()
+    """(scenario, device, model) groups also run sync, to show how far verdicts move."""
+
+    def groups(self) -> list[tuple[str, str, str, str]]:
+        out = [(s, d, m, mode) for s in self.scenarios for d in self.devices
+               for m in self.models for mode in self.modes]
+        out += [(s, d, m, "sync") for s, d, m in self.sync_also
+                if (s, d, m, "sync") not in out]
+        return out
+
+
+QUICK = Plan(("azure-conv",), ("h100",), ("qwen3-8b",), ("async",), LOADS,
+             (STOCK, "fcfs", DEFAULT_POLICY, "guarded-srpf", "spf"), 1000,
+             sync_also=(("azure-conv", "h100", "qwen3-8b"),))
+FULL = Plan(tuple(SCENARIOS), ("h100", "a100-80gb", "ascend910b"), ("qwen3-8b", "llama-3-8b"),
+            ("async",), LOADS, ARMS, 3000, sync_also=(("azure-conv", "h100", "qwen3-8b"),))
+
+
+def group_settings(scenario: Scenario, device: str, model: AnalyticStepModel,
+                   mode: str) -> SimSettings:
+    """``vllm serve``'s defaults on ``device``, the scenario's context length, the KV cache
+    the model leaves on the device."""
+    defaults = serve_defaults(device)
+    return SimSettings(
+        max_num_batched_tokens=defaults.max_num_batched_tokens,
+        max_num_seqs=defaults.max_num_seqs,
+        max_model_len=scenario.max_model_len,
+        block_size=defaults.block_size,
+        kv_cache_tokens=analytic.kv_cache_tokens(model.config, model.accelerator),
+        kv_bytes_per_token=model.config.kv_bytes_per_token,
+        async_scheduling=mode == "async",
+    )
+
+
+def run_metrics(requests: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What the table and the plots read of one run: TTFT and E2E statistics, output
+    throughput, per-class TTFT, and TTFT at every percentile (for the CDF)."""
+    done = [r for r in requests if r["error"] is None and r["finish_s"] is not None]
+    ttft = np.array([r["first_token_s"] - r["arrival_s"] for r in done])
+    e2e = np.array([r["finish_s"] - r["arrival_s"] for r in done])
+    span = max(r["finish_s"] for r in done) - min(r["arrival_s"] for r in done)
+    by_class = {}
+    for name, low, high in CLASS_EDGES:
+        values = [t for t, r in zip(ttft, done) if low <= r["prompt_tokens"] < high]
+        if values:
+            by_class[name] = {"n": len(values), "p50": _r(np.percentile(values, 50)),
+                              "p99": _r(np.percentile(values, 99))}
+    return {
+        "completed": len(done), "failed": len(requests) - len(done),
+        "ttft_p50": _r(np.percentile(ttft, 50)), "ttft_mean": _r(ttft.mean()),
+        "ttft_p99": _r(np.percentile(ttft, 99)), "e2e_mean": _r(e2e.mean()),
+        "output_tps": _r(sum(r["output_tokens"] for r in done) / span),
+        "by_class": by_class,
+        "ttft_percentiles": [_r(v) for v in np.percentile(ttft, np.arange(101))],
+    }
+
+
+def _r(value: float) -> float:
+    """Six significant digits: enough for every ratio, stable across JSON round trips."""
+    return float(f"{float(value):.6g}")
+
+
+@dataclass
+class Results:
+    plan: dict[str, Any]
+    meta: dict[str, Any]
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[dict[str, Any]] = field(default_factory=list)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+
+def run_cell(scenario: Scenario, case: Sequence[Any], model: AnalyticStepModel,
+             settings: SimSettings, arm: str, rate: float) -> dict[str, Any]:
+    """One arm at one rate: the run's metrics."""
+    result = simulate(parse_arm(arm), at_rate(case, rate), model, settings, None)
+    return run_metrics(result.run["requests"])
+
+
+def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) -> Results:
+    """Run ``plan``; results.json is rewritten after every group (a stopped run keeps
+    what it finished)."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = Results(plan=asdict(plan), meta=_meta())
+    groups = plan.groups()
+    total_runs = len(groups) * len(plan.loads) * len(plan.arms)
+    done_runs, started = 0, time.perf_counter()
+    cases: dict[str, list[Any]] = {}
+    for g, (scenario_name, device, model_name, mode) in enumerate(groups, start=1):
+        scenario = SCENARIOS[scenario_name]
+        case = cases.setdefault(scenario_name, scenario.build(plan.num_requests))
+        model = AnalyticStepModel(model_config(model_name), accelerator(device))
+        settings = group_settings(scenario, device, model, mode)
+        label = f"{scenario_name} / {device} / {model_name} / {mode}"
+        progress(f"[group {g}/{len(groups)}] {label}: budget "
+                 f"{settings.max_num_batched_tokens}, {settings.max_num_seqs} sequences; "
+                 "finding stock's capacity")
+        capacity = find_capacity(case, model, settings)
+        progress(f"  capacity {capacity.rate:.2f} req/s")
+        results.groups.append({
+            "scenario": scenario_name, "device": device, "model": model_name, "mode": mode,
+            "accelerator": model.accelerator.name, "step_model": model.description,
+            "engine": asdict(settings), "capacity_rps": _r(capacity.rate),
+            "capacity_probes": [asdict(p) for p in capacity.probes],
+        })
+        for load in plan.loads:
+            rate = load * capacity.rate
+            for arm in plan.arms:
+                metrics = run_cell(scenario, case, model, settings, arm, rate)
+                results.cells.append({"scenario": scenario_name, "device": device,
+                                      "model": model_name, "mode": mode, "load": load,
+                                      "rate": _r(rate), "arm": arm, "metrics": metrics})
+                done_runs += 1
+                elapsed = time.perf_counter() - started
+                eta = elapsed / done_runs * (total_runs - done_runs)
+                progress(f"  load {load:g} ({rate:.2f} req/s) {arm}: median TTFT "
+                         f"{metrics['ttft_p50'] * 1e3:.0f} ms, P99 "
+                         f"{metrics['ttft_p99'] * 1e3:.0f} ms  [{done_runs}/{total_runs} runs, "
+                         f"{elapsed / 60:.1f} min, about {eta / 60:.0f} min left]")
+        results.meta["wall_s"] = round(time.perf_counter() - started, 1)
+        results.save(out / "results.json")
+    return results
+
+
+def _meta() -> dict[str, Any]:
+    import vllm
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=False).stdout.strip() or None
+    except OSError:
+        commit = None
+    return {"command": " ".join(["fairsched", *sys.argv[1:]]), "vllm": vllm.__version__,
+            "commit": commit, "default_policy": DEFAULT_POLICY}
+
+
+# -------------------------------------------------------------------------------- CLI
+
+
+def _names(known: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(part.strip() for part in text.split(",") if part.strip())
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or text!r}; "
+                                             f"choose from {', '.join(known)}")
+        return names
+    return parse
+
+
+def _loads(text: str) -> tuple[float, ...]:
+    try:
+        loads = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--loads {text!r}: numbers, comma-separated")
+    if not loads or any(not load > 0 for load in loads):
+        raise argparse.ArgumentTypeError(f"--loads {text!r}: fractions of capacity > 0")
+    return loads
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    from .devices import DEVICES
+    from .hardware import MODEL_CONFIGS
+
+    suite = subparsers.add_parser(
+        "suite", help="every arm on production traces, GPU/NPU presets and loads set "
+                      "against stock's capacity, simulated; results, table and plots")
+    suite.add_argument("--quick", action="store_true",
+                       help=f"the quick suite: azure-conv on H100 with Qwen3-8B, async and "
+                            f"sync, {QUICK.num_requests} requests, arms "
+                            f"{','.join(QUICK.arms)} (a few minutes); default: the full suite")
+    suite.add_argument("--scenarios", type=_names(list(SCENARIOS)),
+                       help=f"subset of {','.join(SCENARIOS)}")
+    suite.add_argument("--devices", type=_names(list(DEVICES)),
+                       help=f"subset of {','.join(DEVICES)}")
+    suite.add_argument("--models", type=_names(list(MODEL_CONFIGS)),
+                       help="subset of qwen3-8b,llama-3-8b (or other presets)")
+    suite.add_argument("--modes", type=_names(["async", "sync"]),
+                       help="async (vLLM's default on these devices) and/or sync")
+    suite.add_argument("--loads", type=_loads,
+                       help=f"fractions of stock's capacity (default {','.join(map(str, LOADS))})")
+    suite.add_argument("--arms", help="comma-separated arms (default: "
+                                      f"{','.join(ARMS)})")
+    suite.add_argument("--num-requests", type=int,
+                       help="requests per scenario (default: 1000 quick, 3000 full)")
+    suite.add_argument("--out", type=Path, default=Path("runs/suite"),
+                       help="results.json, suite.md and plots/ go here (default runs/suite)")
+    suite.add_argument("--render", action="store_true",
+                       help="only render suite.md and plots from --out's results.json")
+    suite.set_defaults(func=main)
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    base = QUICK if args.quick else FULL
+    arms = base.arms
+    if args.arms:
+        arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
+        for arm in arms:
+            parse_arm(arm)
+        if STOCK not in arms:
+            arms = (STOCK, *arms)
+    num = base.num_requests if args.num_requests is None else args.num_requests
+    if num < 2:
+        raise ValueError("--num-requests: at least 2")
+    return Plan(args.scenarios or base.scenarios, args.devices or base.devices,
+                args.models or base.models, args.modes or base.modes,
+                args.loads or base.loads, arms, num,
+                sync_also=() if args.modes else base.sync_also)
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..config import ConfigError
+    from .suite_report import plot, render
+
+    results_path = args.out / "results.json"
+    if not args.render:
+        try:
+            plan = plan_from_args(args)
+        except (ConfigError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        groups = plan.groups()
+        print(f"suite: {len(groups)} group(s) x {len(plan.loads)} loads x {len(plan.arms)} "
+              f"arms = {len(groups) * len(plan.loads) * len(plan.arms)} runs of "
+              f"{plan.num_requests} requests, plus a capacity search per group")
+        run_suite(plan, args.out)
+    elif not results_path.exists():
+        print(f"error: no {results_path} to render", file=sys.stderr)
+        return 2
+    results = json.loads(results_path.read_text())
+    (args.out / "suite.md").write_text(render(results))
+    plots = plot(results, args.out / "plots")
+    print(f"results: {results_path}\ntable: {args.out / 'suite.md'}\n"
+          f"plots: {len(plots)} in {args.out / 'plots'}")
+    return 0

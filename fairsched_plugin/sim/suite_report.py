@@ -1,0 +1,211 @@
+"""The suite's table and plots, from its results file alone (so a committed results file
+can be rendered again without rerunning anything).
+
+Ratios are to stock's run on the same requests at the same rate: below 1 is better for
+latencies, above 1 for throughput. Stock's own row gives its absolute figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..bench.arms import STOCK
+from . import published
+
+Cell = dict[str, Any]
+GroupKey = tuple[str, str, str, str]
+
+COLUMNS = (("median TTFT", "ttft_p50"), ("mean TTFT", "ttft_mean"), ("P99 TTFT", "ttft_p99"),
+           ("mean E2E", "e2e_mean"), ("output tok/s", "output_tps"))
+
+
+def group_key(item: dict[str, Any]) -> GroupKey:
+    return (item["scenario"], item["device"], item["model"], item["mode"])
+
+
+def _stock(cells: Iterable[Cell]) -> dict[tuple[GroupKey, float], Cell]:
+    return {(group_key(c), c["load"]): c for c in cells if c["arm"] == STOCK}
+
+
+def ratio(cell: Cell, stock: Cell, metric: str, cls: str | None = None) -> float | None:
+    """``cell``'s metric over stock's (a class's P99 TTFT with ``cls``)."""
+    if cls is None:
+        mine, base = cell["metrics"][metric], stock["metrics"][metric]
+    else:
+        a, b = cell["metrics"]["by_class"].get(cls), stock["metrics"]["by_class"].get(cls)
+        if a is None or b is None:
+            return None
+        mine, base = a[metric], b[metric]
+    return mine / base if base > 0 else None
+
+
+def _fmt_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _fmt_abs(metric: str, value: float) -> str:
+    if metric == "output_tps":
+        return f"{value:,.0f}"
+    return f"{value * 1e3:,.0f} ms" if value < 1 else f"{value:,.2f} s"
+
+
+def classes_of(cells: Iterable[Cell]) -> list[str]:
+    seen: dict[str, None] = {}
+    for c in cells:
+        for name in c["metrics"]["by_class"]:
+            seen.setdefault(name)
+    return list(seen)
+
+
+def group_table(group: dict[str, Any], cells: list[Cell]) -> list[str]:
+    stock = _stock(cells)
+    classes = classes_of(cells)
+    engine = group["engine"]
+    lines = [f"### {group['scenario']} · {group['accelerator']} · {group['model']} · "
+             f"{group['mode']}", "",
+             f"Budget {engine['max_num_batched_tokens']} tokens, {engine['max_num_seqs']} "
+             f"sequences, max_model_len {engine['max_model_len']}, block {engine['block_size']}"
+             f", KV cache {engine['kv_cache_tokens']:,} tokens. Stock's capacity: "
+             f"**{group['capacity_rps']:.2f} req/s**.", "",
+             "| load (req/s) | arm | " + " | ".join(name for name, _ in COLUMNS)
+             + " | " + " | ".join(f"P99 TTFT {c}" for c in classes) + " |",
+             "|---|---|" + "---|" * (len(COLUMNS) + len(classes))]
+    for cell in cells:
+        base = stock[(group_key(cell), cell["load"])]
+        if cell["arm"] == STOCK:
+            values = [_fmt_abs(m, cell["metrics"][m]) for _, m in COLUMNS]
+            values += [_fmt_abs("ttft", cell["metrics"]["by_class"][c]["p99"])
+                       if c in cell["metrics"]["by_class"] else "-" for c in classes]
+        else:
+            values = [_fmt_ratio(ratio(cell, base, m)) for _, m in COLUMNS]
+            values += [_fmt_ratio(ratio(cell, base, "p99", c)) for c in classes]
+        lines.append(f"| {cell['load']:g}x ({cell['rate']:.2f}) | {cell['arm']} | "
+                     + " | ".join(values) + " |")
+    return lines
+
+
+def verdict_table(results: dict[str, Any], arm: str) -> list[str]:
+    """One line per group and load: ``arm``'s median / P99 TTFT and mean E2E ratios."""
+    stock = _stock(results["cells"])
+    loads = results["plan"]["loads"]
+    lines = ["| scenario · device · model · mode | "
+             + " | ".join(f"{load:g}x" for load in loads) + " |",
+             "|---|" + "---|" * len(loads)]
+    for group in results["groups"]:
+        key = group_key(group)
+        row = []
+        for load in loads:
+            cell = next((c for c in results["cells"] if group_key(c) == key
+                         and c["load"] == load and c["arm"] == arm), None)
+            if cell is None:
+                row.append("-")
+                continue
+            base = stock[(key, load)]
+            row.append(" / ".join(_fmt_ratio(ratio(cell, base, m))
+                                  for m in ("ttft_p50", "ttft_p99", "e2e_mean")))
+        lines.append(f"| {' · '.join(key)} | " + " | ".join(row) + " |")
+    return lines
+
+
+def async_shift(results: dict[str, Any]) -> list[str]:
+    """Where a group ran both sync and async: each arm's median and P99 TTFT ratio in
+    both modes at every load."""
+    stock = _stock(results["cells"])
+    by_key = {group_key(g): g for g in results["groups"]}
+    lines: list[str] = []
+    for (scenario, device, model, mode) in by_key:
+        if mode != "async" or (scenario, device, model, "sync") not in by_key:
+            continue
+        lines += [f"{scenario} · {device} · {model}: median / P99 TTFT against stock, "
+                  "async then sync", "",
+                  "| load | arm | async | sync |", "|---|---|---|---|"]
+        for cell in results["cells"]:
+            if group_key(cell) != (scenario, device, model, "async") or cell["arm"] == STOCK:
+                continue
+            twin = next(c for c in results["cells"] if c["arm"] == cell["arm"]
+                        and c["load"] == cell["load"]
+                        and group_key(c) == (scenario, device, model, "sync"))
+            pair = []
+            for c in (cell, twin):
+                base = stock[(group_key(c), c["load"])]
+                pair.append(f"{_fmt_ratio(ratio(c, base, 'ttft_p50'))} / "
+                            f"{_fmt_ratio(ratio(c, base, 'ttft_p99'))}")
+            lines.append(f"| {cell['load']:g}x | {cell['arm']} | {pair[0]} | {pair[1]} |")
+        lines.append("")
+    return lines
+
+
+def render(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    default = meta["default_policy"]
+    lines = ["# Scenario suite", "",
+             f"`{meta['command']}` (vLLM {meta['vllm']}, commit {meta['commit']}, "
+             f"{meta.get('wall_s', 0) / 60:.1f} min). Simulated: vLLM's scheduler and the "
+             "plugin's, with an analytic step-time model per device (the scale check "
+             "below). Loads are fractions of stock's capacity on each group.", "",
+             f"## The default (`{default}`) against stock", "",
+             "Median TTFT / P99 TTFT / mean E2E, as ratios to stock (below 1 is better).", ""]
+    lines += verdict_table(results, default) + [""]
+    shift = async_shift(results)
+    if shift:
+        lines += ["", "## Sync against async", ""] + shift
+    lines += ["## Every arm", "",
+              "Stock's row: absolute figures; other rows: ratios to stock at the same load.",
+              ""]
+    for group in results["groups"]:
+        cells = [c for c in results["cells"] if group_key(c) == group_key(group)]
+        lines += group_table(group, cells) + [""]
+    lines += ["## Scale: the step-time presets against published vLLM figures", "",
+              published.report(), ""]
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], out: Path, load: float = 1.1) -> list[Path]:
+    """Per group: the TTFT CDF of each arm at ``load``, and each arm's median against P99
+    TTFT (ratios to stock) across loads."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    stock = _stock(results["cells"])
+    written = []
+    for group in results["groups"]:
+        key = group_key(group)
+        cells = [c for c in results["cells"] if group_key(c) == key]
+        slug = "-".join(key)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for cell in (c for c in cells if c["load"] == load):
+            ax.plot(cell["metrics"]["ttft_percentiles"], range(101), label=cell["arm"])
+        ax.set_xscale("log")
+        ax.set_xlabel("TTFT (s)")
+        ax.set_ylabel("requests (%)")
+        ax.set_title(f"{' · '.join(key)}, load {load:g}x", fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        written.append(out / f"{slug}-ttft-cdf.png")
+        fig.savefig(written[-1], dpi=100)
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for arm in dict.fromkeys(c["arm"] for c in cells if c["arm"] != STOCK):
+            points = [(ratio(c, stock[(key, c["load"])], "ttft_p50"),
+                       ratio(c, stock[(key, c["load"])], "ttft_p99"), c["load"])
+                      for c in cells if c["arm"] == arm]
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=arm)
+            for x, y, at in points:
+                ax.annotate(f"{at:g}", (x, y), fontsize=6)
+        ax.axhline(1, color="grey", lw=0.5)
+        ax.axvline(1, color="grey", lw=0.5)
+        ax.set_xscale("log")
+        ax.set_xlabel("median TTFT / stock's")
+        ax.set_ylabel("P99 TTFT / stock's")
+        ax.set_title(f"{' · '.join(key)} (labels: load)", fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        written.append(out / f"{slug}-median-p99.png")
+        fig.savefig(written[-1], dpi=100)
+        plt.close(fig)
+    return written
