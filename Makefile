@@ -1,19 +1,14 @@
 # The two commands of the README: `make main` (set up, then the main job) and `make test`.
 .PHONY: setup main test demo bench-overhead
 
-# The main job: stock vLLM, the plugin's fcfs (vLLM's own order, the control) and the
-# default policy on ShareGPT with Poisson arrivals at three loads for the CPU engine
-# (15, 45 and 80 req/s: light, moderate, heavy; 300 requests, prefill budget 256), three
-# interleaved repeats, each case replayed by the project's client and by vllm bench serve.
-MAIN_BENCH = --arms stock,fcfs,guarded-aging --workload uniform --num-requests 300 \
-	--param rate_per_s=10 --rate-scale 1.5,4.5,8 --max-output-tokens 128 --repeat 3 \
-	--vllm-bench --pool .cache/sharegpt-pool.jsonl
+# The main job (scripts/main_job.sh): the quick scenario suite (the verdict at GPU scale on
+# a production trace, simulated) and then a short sanity check on the real CPU engine.
 
 setup:
 	bash scripts/setup.sh
 
 main: setup
-	.venv/bin/fairsched bench $(MAIN_BENCH) --out runs/main
+	bash scripts/main_job.sh
 
 test: setup
 	.venv/bin/python -m pytest

@@ -1,6 +1,7 @@
 """Build the scheduler an arm runs: vLLM's stock scheduler or the plugin's
 ``FairScheduler``, sync or async as vLLM would run them, unchanged, over a KV cache sized
-like the simulated device's. Only the construction is the simulator's; the classes are the real ones.
+like the simulated device's. Only the construction is the simulator's; the classes are
+the real ones.
 """
 
 from __future__ import annotations

@@ -60,18 +60,24 @@ class Plan:
     """(scenario, device, model) groups also run sync, to show how far verdicts move."""
 
     def groups(self) -> list[tuple[str, str, str, str]]:
-        out = [(s, d, m, mode) for s in self.scenarios for d in self.devices
-               for m in self.models for mode in self.modes]
-        out += [(s, d, m, "sync") for s, d, m in self.sync_also
-                if (s, d, m, "sync") not in out]
+        """Every combination; a ``sync_also`` group right after its async twin."""
+        out = []
+        for s in self.scenarios:
+            for d in self.devices:
+                for m in self.models:
+                    out += [(s, d, m, mode) for mode in self.modes]
+                    if (s, d, m) in self.sync_also and "sync" not in self.modes:
+                        out.append((s, d, m, "sync"))
         return out
 
 
 QUICK = Plan(("azure-conv",), ("h100",), ("qwen3-8b",), ("async",), LOADS,
-             (STOCK, "fcfs", DEFAULT_POLICY, "guarded-srpf", "spf"), 1000,
-             sync_also=(("azure-conv", "h100", "qwen3-8b"),))
-FULL = Plan(tuple(SCENARIOS), ("h100", "a100-80gb", "ascend910b"), ("qwen3-8b", "llama-3-8b"),
-            ("async",), LOADS, ARMS, 3000, sync_also=(("azure-conv", "h100", "qwen3-8b"),))
+             (STOCK, "fcfs", DEFAULT_POLICY, "guarded-srpf", "spf"), 2000)
+FULL = Plan(("azure-conv", "long-context", "sharegpt"), ("h100", "a100-80gb", "ascend910b"),
+            ("qwen3-8b", "llama-3-8b"), ("async",), LOADS, ARMS, 2000,
+            sync_also=(("azure-conv", "h100", "qwen3-8b"),))
+"""The quick suite's cells are the full suite's on the same requests: its figures are the
+full suite's for that group."""
 
 
 def group_settings(scenario: Scenario, device: str, model: AnalyticStepModel,
@@ -143,7 +149,7 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
     results = Results(plan=asdict(plan), meta=_meta())
     groups = plan.groups()
     total_runs = len(groups) * len(plan.loads) * len(plan.arms)
-    done_runs, started = 0, time.perf_counter()
+    done_runs, run_s, started = 0, 0.0, time.perf_counter()
     cases: dict[str, list[Any]] = {}
     for g, (scenario_name, device, model_name, mode) in enumerate(groups, start=1):
         scenario = SCENARIOS[scenario_name]
@@ -163,19 +169,21 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
             "capacity_probes": [asdict(p) for p in capacity.probes],
         })
         for load in plan.loads:
-            rate = load * capacity.rate
+            rate = _r(load * capacity.rate)  # as stored, so a rerun of the cell is exact
             for arm in plan.arms:
+                run_start = time.perf_counter()
                 metrics = run_cell(scenario, case, model, settings, arm, rate)
+                run_s += time.perf_counter() - run_start
                 results.cells.append({"scenario": scenario_name, "device": device,
                                       "model": model_name, "mode": mode, "load": load,
-                                      "rate": _r(rate), "arm": arm, "metrics": metrics})
+                                      "rate": rate, "arm": arm, "metrics": metrics})
                 done_runs += 1
                 elapsed = time.perf_counter() - started
-                eta = elapsed / done_runs * (total_runs - done_runs)
+                eta = run_s / done_runs * (total_runs - done_runs)
                 progress(f"  load {load:g} ({rate:.2f} req/s) {arm}: median TTFT "
                          f"{metrics['ttft_p50'] * 1e3:.0f} ms, P99 "
                          f"{metrics['ttft_p99'] * 1e3:.0f} ms  [{done_runs}/{total_runs} runs, "
-                         f"{elapsed / 60:.1f} min, about {eta / 60:.0f} min left]")
+                         f"{elapsed / 60:.1f} min, runs alone about {eta / 60:.0f} min more]")
         results.meta["wall_s"] = round(time.perf_counter() - started, 1)
         results.save(out / "results.json")
     return results
@@ -187,6 +195,10 @@ def _meta() -> dict[str, Any]:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=False).stdout.strip() or None
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, check=False).stdout.strip()
+        if commit and changed:
+            commit += " with uncommitted changes"
     except OSError:
         commit = None
     return {"command": " ".join(["fairsched", *sys.argv[1:]]), "vllm": vllm.__version__,
@@ -225,8 +237,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "suite", help="every arm on production traces, GPU/NPU presets and loads set "
                       "against stock's capacity, simulated; results, table and plots")
     suite.add_argument("--quick", action="store_true",
-                       help=f"the quick suite: azure-conv on H100 with Qwen3-8B, async and "
-                            f"sync, {QUICK.num_requests} requests, arms "
+                       help=f"the quick suite: azure-conv on H100 with Qwen3-8B, async, "
+                            f"{QUICK.num_requests} requests, arms "
                             f"{','.join(QUICK.arms)} (a few minutes); default: the full suite")
     suite.add_argument("--scenarios", type=_names(list(SCENARIOS)),
                        help=f"subset of {','.join(SCENARIOS)}")
@@ -241,7 +253,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     suite.add_argument("--arms", help="comma-separated arms (default: "
                                       f"{','.join(ARMS)})")
     suite.add_argument("--num-requests", type=int,
-                       help="requests per scenario (default: 1000 quick, 3000 full)")
+                       help=f"requests per scenario (default {FULL.num_requests})")
     suite.add_argument("--out", type=Path, default=Path("runs/suite"),
                        help="results.json, suite.md and plots/ go here (default runs/suite)")
     suite.add_argument("--render", action="store_true",

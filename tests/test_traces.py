@@ -1,0 +1,98 @@
+"""Production traces as cases: the packaged Azure trace, windows, compression to a rate
+with the bursts kept, the two column layouts, errors that name the row, exact prompts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fairsched_plugin.bench import traces
+from fairsched_plugin.bench.traces import TraceFormatError
+
+
+def test_the_packaged_trace_is_the_azure_conversation_trace_with_its_attribution() -> None:
+    rows = traces.read_trace("azure-conv")
+    assert len(rows) == 19_366
+    assert np.median([r.prompt_tokens for r in rows]) == 1020
+    readme = (traces.resolve("azure-conv").parent / "README.md").read_text()
+    assert "CC-BY" in readme and "Splitwise" in readme and "ISCA 2024" in readme
+
+
+def test_a_window_at_a_rate_keeps_the_relative_gaps() -> None:
+    rows = traces.window(traces.read_trace("azure-conv"), 500, start=100)
+    case = traces.trace_case(rows, "azure-conv", rate=14.0)
+    assert [r.id for r in case[:2]] == ["azure-conv-100", "azure-conv-101"]
+    assert case[0].arrival_s == 0.0
+    assert (len(case) - 1) / case[-1].arrival_s == pytest.approx(14.0)
+    recorded = np.diff([r.arrival_s for r in rows])
+    compressed = np.diff([r.arrival_s for r in case])
+    assert np.allclose(compressed, recorded * compressed.sum() / recorded.sum())
+    assert [r.prompt_tokens for r in case] == [r.prompt_tokens for r in rows]
+    assert [r.output_tokens for r in case] == [r.output_tokens for r in rows]
+
+
+def test_an_access_log_layout_reads_and_keeps_recorded_times(tmp_path: Path) -> None:
+    path = tmp_path / "mine.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens,user\n100.5,20,3,a\n101,2000,9,b\n")
+    case = traces.load_trace_case(path)
+    assert [(r.id, r.arrival_s, r.prompt_tokens, r.request_class) for r in case] == [
+        ("mine-0", 0.0, 20, "short"), ("mine-1", 0.5, 2000, "long")]
+
+
+@pytest.mark.parametrize("body, where", [
+    ("time,tokens\n1,2\n", "lacks the columns"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,abc,3\n", ":3: column 'prompt_tokens'"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,10,5\n-1,10,3\n", ":3: column 'arrival_s'"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,0\n", ":3: column 'output_tokens'"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10.5,2\n", ":3: column 'prompt_tokens'"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,10,5\n2,10,2\n1,10,2\n", ":4: column "
+                                                                       "'arrival_s' 1 is before"),
+    ("arrival_s,prompt_tokens,output_tokens\n", "no requests"),
+])
+def test_a_bad_trace_names_the_row_and_column(tmp_path: Path, body: str, where: str) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(body)
+    with pytest.raises(TraceFormatError, match=where.replace("(", r"\(")):
+        traces.read_trace(path)
+
+
+def test_windows_and_rates_out_of_range_are_refused() -> None:
+    rows = traces.read_trace("azure-conv")
+    with pytest.raises(ValueError, match="trace-start"):
+        traces.window(rows, 10, start=len(rows))
+    with pytest.raises(ValueError, match="only 6 rows"):
+        traces.window(rows, 10, start=len(rows) - 6)
+    with pytest.raises(ValueError, match="trace-rate"):
+        traces.trace_case(rows[:10], "x", rate=0)
+    with pytest.raises(TraceFormatError, match="no such file"):
+        traces.read_trace("nowhere.csv")
+
+
+def test_prompts_have_exactly_the_recorded_token_counts(tiny_model: Path) -> None:
+    from fairsched_plugin.bench.pairs import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model)
+    case = traces.load_trace_case("azure-conv", num_requests=40, rate=10)
+    written = traces.with_exact_prompts(case, tokenizer)
+    assert [len(tokenizer.encode(r.prompt).ids) for r in written] == [
+        r.prompt_tokens for r in case]
+    assert len({r.prompt[:20] for r in written}) == len(written)  # no shared prefixes
+
+
+def test_workload_build_writes_a_trace_case(tmp_path: Path, tiny_model: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from fairsched_plugin.cli import main
+
+    out = tmp_path / "case.jsonl"
+    assert main(["workload", "build", "--trace", "azure-conv", "--num-requests", "12",
+                 "--trace-start", "5", "--trace-rate", "3", "--model-dir", str(tiny_model),
+                 "--out", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in records][:1] == ["azure-conv-5"] and len(records) == 12
+    assert all(r["prompt"] for r in records)
+    assert main(["workload", "build", "--name", "uniform", "--trace-rate", "3",
+                 "--model-dir", str(tiny_model), "--out", str(out)]) == 2
+    assert "need --trace" in capsys.readouterr().err
