@@ -96,3 +96,20 @@ def test_workload_build_writes_a_trace_case(tmp_path: Path, tiny_model: Path,
     assert main(["workload", "build", "--name", "uniform", "--trace-rate", "3",
                  "--model-dir", str(tiny_model), "--out", str(out)]) == 2
     assert "need --trace" in capsys.readouterr().err
+
+
+def test_bench_replays_a_trace_with_exact_prompts(tiny_model: Path) -> None:
+    from fairsched_plugin.bench.cli import load_cases
+    from fairsched_plugin.bench.pairs import load_tokenizer
+    from fairsched_plugin.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["bench", "--arms", "stock", "--trace", "azure-conv", "--num-requests", "6",
+         "--trace-rate", "2,4", "--model-dir", str(tiny_model)])
+    cases = load_cases(args)
+    assert list(cases) == ["azure-conv@2rps", "azure-conv@4rps"]
+    tokenizer = load_tokenizer(tiny_model)
+    for case in cases.values():
+        assert [len(tokenizer.encode(r.prompt).ids) for r in case] == [
+            r.prompt_tokens for r in case]
+    assert cases["azure-conv@2rps"][-1].arrival_s == pytest.approx(2.5)

@@ -26,9 +26,12 @@ import numpy as np
 
 from ..bench.arms import STOCK, Arm
 from ..bench.workloads import WorkloadRequest
-from .engine import simulate
+from ..config import ConfigError
+from .cli import add_engine_arguments, case_loader, settings_from_args
+from .engine import SimulationStalled, simulate
+from .hardware import PresetError
 from .scheduler_factory import SimSettings
-from .step_models import StepModel
+from .step_models import StepModel, parse_step_model
 
 KEEP_UP = 0.98
 
@@ -134,8 +137,6 @@ def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
-    from .cli import add_engine_arguments
-
     cap = subparsers.add_parser(
         "capacity", help="find the highest arrival rate stock vLLM keeps up with on a "
                          "workload (simulated), to set loads against")
@@ -147,12 +148,6 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..config import ConfigError
-    from .cli import case_loader, settings_from_args
-    from .engine import SimulationStalled
-    from .hardware import PresetError
-    from .step_models import parse_step_model
-
     try:
         model = parse_step_model(args.step_model)
         settings = settings_from_args(args, model)

@@ -24,15 +24,16 @@ from typing import Any
 import numpy as np
 
 from ..bench.arms import STOCK, parse_arm
-from ..config import FairschedConfig
+from ..config import ConfigError, FairschedConfig
 from . import analytic
 from .capacity import at_rate, find_capacity
-from .devices import serve_defaults
+from .devices import DEVICES, serve_defaults
 from .engine import simulate
-from .hardware import accelerator, model_config
+from .hardware import MODEL_CONFIGS, accelerator, model_config
 from .scenarios import SCENARIOS, Scenario
 from .scheduler_factory import SimSettings
 from .step_models import AnalyticStepModel
+from .suite_report import plot, render
 
 LOADS = (0.5, 0.9, 1.0, 1.1, 1.3)
 DEFAULT_POLICY = FairschedConfig().policy
@@ -230,9 +231,6 @@ def _loads(text: str) -> tuple[float, ...]:
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
-    from .devices import DEVICES
-    from .hardware import MODEL_CONFIGS
-
     suite = subparsers.add_parser(
         "suite", help="every arm on production traces, GPU/NPU presets and loads set "
                       "against stock's capacity, simulated; results, table and plots")
@@ -280,9 +278,6 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..config import ConfigError
-    from .suite_report import plot, render
-
     results_path = args.out / "results.json"
     if not args.render:
         try:

@@ -173,6 +173,18 @@ def plot(results: dict[str, Any], out: Path, load: float = 1.1) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     stock = _stock(results["cells"])
     written = []
+
+    def save(fig: Any, ax: Any, xlabel: str, ylabel: str, title: str, name: str) -> None:
+        ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        written.append(out / name)
+        fig.savefig(written[-1], dpi=100)
+        plt.close(fig)
+
     for group in results["groups"]:
         key = group_key(group)
         cells = [c for c in results["cells"] if group_key(c) == key]
@@ -180,15 +192,8 @@ def plot(results: dict[str, Any], out: Path, load: float = 1.1) -> list[Path]:
         fig, ax = plt.subplots(figsize=(6, 4))
         for cell in (c for c in cells if c["load"] == load):
             ax.plot(cell["metrics"]["ttft_percentiles"], range(101), label=cell["arm"])
-        ax.set_xscale("log")
-        ax.set_xlabel("TTFT (s)")
-        ax.set_ylabel("requests (%)")
-        ax.set_title(f"{' · '.join(key)}, load {load:g}x", fontsize=9)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        written.append(out / f"{slug}-ttft-cdf.png")
-        fig.savefig(written[-1], dpi=100)
-        plt.close(fig)
+        save(fig, ax, "TTFT (s)", "requests (%)", f"{' · '.join(key)}, load {load:g}x",
+             f"{slug}-ttft-cdf.png")
         fig, ax = plt.subplots(figsize=(6, 4))
         for arm in dict.fromkeys(c["arm"] for c in cells if c["arm"] != STOCK):
             points = [(ratio(c, stock[(key, c["load"])], "ttft_p50"),
@@ -199,13 +204,6 @@ def plot(results: dict[str, Any], out: Path, load: float = 1.1) -> list[Path]:
                 ax.annotate(f"{at:g}", (x, y), fontsize=6)
         ax.axhline(1, color="grey", lw=0.5)
         ax.axvline(1, color="grey", lw=0.5)
-        ax.set_xscale("log")
-        ax.set_xlabel("median TTFT / stock's")
-        ax.set_ylabel("P99 TTFT / stock's")
-        ax.set_title(f"{' · '.join(key)} (labels: load)", fontsize=9)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        written.append(out / f"{slug}-median-p99.png")
-        fig.savefig(written[-1], dpi=100)
-        plt.close(fig)
+        save(fig, ax, "median TTFT / stock's", "P99 TTFT / stock's",
+             f"{' · '.join(key)} (labels: load)", f"{slug}-median-p99.png")
     return written
