@@ -147,7 +147,7 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
     """Run ``plan``; results.json is rewritten after every group (a stopped run keeps
     what it finished)."""
     out.mkdir(parents=True, exist_ok=True)
-    results = Results(plan=asdict(plan), meta=_meta())
+    results = Results(plan=asdict(plan), meta=_meta(out))
     groups = plan.groups()
     total_runs = len(groups) * len(plan.loads) * len(plan.arms)
     done_runs, run_s, started = 0, 0.0, time.perf_counter()
@@ -190,13 +190,15 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
     return results
 
 
-def _meta() -> dict[str, Any]:
+def _meta(out: Path) -> dict[str, Any]:
+    """The command, vLLM and the commit (marked when files outside ``out`` differ from it)."""
     import vllm
 
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=False).stdout.strip() or None
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
+                                  "--", ".", f":(exclude){out}"],
                                  capture_output=True, text=True, check=False).stdout.strip()
         if commit and changed:
             commit += " with uncommitted changes"
