@@ -10,8 +10,10 @@ next arrival.
 Async semantics (``SimSettings.async_scheduling``, vLLM's default on GPUs, its engine
 core's batch queue of two): while step N runs, step N + 1 is scheduled, from what had
 arrived by N's start and without N's outputs; N's outputs are applied when N ends, and
-N + 1 starts then. Each request emits exactly its target output tokens (EOS
-ignored), so token accounting is exact by construction and checked at the end.
+N + 1 starts then.
+
+Each request emits exactly its target output tokens (EOS ignored), so token accounting is
+exact by construction and checked at the end.
 
 The result is a run in the shape ``bench.report`` reads (``bench.runner.save_run``):
 client-side times (arrival, first token, finish) are virtual times, the trace is the
