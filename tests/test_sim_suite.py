@@ -14,10 +14,10 @@ from fairsched_plugin.bench.arms import parse_arm
 from fairsched_plugin.bench.workloads import WorkloadRequest
 from fairsched_plugin.sim import published
 from fairsched_plugin.sim.capacity import KEEP_UP, at_rate, find_capacity, probe
+from fairsched_plugin.sim.clock import VirtualClock
 from fairsched_plugin.sim.devices import serve_defaults
 from fairsched_plugin.sim.engine import TOO_LONG, simulate
 from fairsched_plugin.sim.scheduler_factory import SimSettings, make_arm_scheduler
-from fairsched_plugin.sim.clock import VirtualClock
 from fairsched_plugin.sim.step_models import LinearStepModel, parse_step_model
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / (
