@@ -173,3 +173,14 @@ def test_surrogate_predictor_reproduces_a_linear_step_model(tmp_path: Path) -> N
     rows = np.stack([batch_row(b.stats(), memory) for b in batches[:20]])
     expected = [model.step_time_s(b, memory) * 1e3 for b in batches[:20]]
     assert predictor.predict(rows) == pytest.approx(expected, rel=1e-4)
+
+
+def test_surrogate_batches_stay_within_a_context_shorter_than_the_budget() -> None:
+    import numpy as np
+
+    from fairsched_plugin.sim import surrogate
+
+    batches = surrogate.sample_batches(200, 8192, 64, 1024, np.random.default_rng(0))
+    assert all(chunk + before <= 1024 for b in batches for chunk, before in b.prefills)
+    with pytest.raises(ValueError, match="max_len must be >= 1"):
+        surrogate.sample_batches(10, 512, 8, 0, np.random.default_rng(0))

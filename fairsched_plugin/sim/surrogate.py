@@ -35,7 +35,12 @@ _MEMORY = [FEATURE_NAMES.index(n) for n in
 def sample_batches(n: int, budget: int, max_seqs: int, max_len: int,
                    rng: np.random.Generator) -> list[SimBatch]:
     """Random batches within the budget: 0-``max_seqs`` decodes of random context, and
-    prefill chunks filling part of what the decodes leave."""
+    prefill chunks filling part of what the decodes leave (no chunk past ``max_len``, as
+    no prompt is longer)."""
+    for name, value in (("samples", n), ("budget", budget), ("max_seqs", max_seqs),
+                        ("max_len", max_len)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
     batches = []
     for _ in range(n):
         decodes = int(rng.integers(0, max_seqs))
@@ -43,7 +48,7 @@ def sample_batches(n: int, budget: int, max_seqs: int, max_len: int,
         batch = SimBatch(decodes=[(int(c), 1) for c in rng.integers(1, max_len, decodes)])
         left = int(rng.integers(0, budget - decodes + 1))
         while left > 0 and batch.num_requests < max_seqs:
-            chunk = int(rng.integers(1, left + 1))
+            chunk = int(rng.integers(1, min(left, max_len) + 1))
             batch.prefills.append((chunk, int(rng.integers(0, max_len - chunk + 1))))
             left -= chunk
         if batch.num_requests == 0:
@@ -97,9 +102,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    model = parse_step_model(args.step_model)
-    batches = sample_batches(args.samples, args.budget, args.max_seqs, args.max_len,
-                             np.random.default_rng(args.seed))
+    try:
+        model = parse_step_model(args.step_model)
+        batches = sample_batches(args.samples, args.budget, args.max_seqs, args.max_len,
+                                 np.random.default_rng(args.seed))
+    except ValueError as exc:  # PresetError is one
+        parser.error(str(exc))
     weights, _, stats = fit(model, batches)
     write(args.out, weights, model.description, stats)
     print(f"{args.out}: fit to {model.description}: MAPE {stats['mape_pct']:.1f}%, "
