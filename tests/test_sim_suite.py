@@ -13,7 +13,8 @@ import pytest
 from fairsched_plugin.bench.arms import parse_arm
 from fairsched_plugin.bench.workloads import WorkloadRequest
 from fairsched_plugin.sim import published
-from fairsched_plugin.sim.capacity import KEEP_UP, at_rate, find_capacity, probe
+from fairsched_plugin.bench.traces import at_rate
+from fairsched_plugin.sim.capacity import KEEP_UP, find_capacity, probe
 from fairsched_plugin.sim.clock import VirtualClock
 from fairsched_plugin.sim.devices import serve_defaults
 from fairsched_plugin.sim.engine import TOO_LONG, simulate
@@ -133,7 +134,7 @@ def test_a_committed_suite_cell_reproduces_exactly() -> None:
         cell = next(c for c in results["cells"]
                     if (c["scenario"], c["device"], c["model"], c["mode"]) == key
                     and c["load"] == 1.1 and c["arm"] == arm)
-        assert run_cell(scenario, case, model, settings, arm, cell["rate"]) == cell["metrics"]
+        assert run_cell(case, model, settings, arm, cell["rate"]) == cell["metrics"]
 
 
 def test_the_committed_table_is_rendered_from_the_committed_results(tmp_path: Path) -> None:

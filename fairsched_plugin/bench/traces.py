@@ -35,6 +35,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from .pairs import request_class
+from .vllm_client import mean_rate
 from .workloads import CaseFormatError, WorkloadRequest, cut_to_tokens
 
 LAYOUTS: tuple[tuple[str, str, str], ...] = (
@@ -132,26 +133,29 @@ def window(rows: Sequence[TraceRow], num_requests: int | None = None,
     return list(rows[start:end])
 
 
-def mean_rate(rows: Sequence[TraceRow]) -> float:
-    """Requests/s of a window as recorded: ``(n - 1) / span`` (inf for one request or a
-    window that arrives all at once)."""
-    span = rows[-1].arrival_s - rows[0].arrival_s
-    return (len(rows) - 1) / span if span > 0 else math.inf
-
-
 def trace_case(rows: Sequence[TraceRow], name: str, rate: float | None = None
                ) -> list[WorkloadRequest]:
-    """A window as a case: arrivals from 0, compressed to ``rate`` requests/s if given."""
+    """A window as a case: arrivals from 0, compressed to ``rate`` requests/s if given (a
+    window that arrives all at once has no gaps to compress and stays as it is)."""
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ValueError(f"--trace-rate {rate}: must be a number > 0")
     first = rows[0].arrival_s
-    recorded = mean_rate(rows)
-    scale = 1.0 if rate is None or math.isinf(recorded) else recorded / rate
-    return [WorkloadRequest(id=f"{name}-{row.row}", arrival_s=(row.arrival_s - first) * scale,
+    case = [WorkloadRequest(id=f"{name}-{row.row}", arrival_s=row.arrival_s - first,
                             prompt="", prompt_tokens=row.prompt_tokens,
                             output_tokens=row.output_tokens, tier=0,
                             request_class=request_class(row.prompt_tokens), category=name)
             for row in rows]
+    if rate is None or case[-1].arrival_s <= 0:
+        return case
+    return at_rate(case, rate)
+
+
+def at_rate(case: Sequence[WorkloadRequest], rate: float) -> list[WorkloadRequest]:
+    """``case`` with its arrivals from 0, every gap scaled by one factor so its mean rate
+    (``vllm_client.mean_rate``) is ``rate`` requests/s."""
+    scale = mean_rate(case) / rate
+    first = case[0].arrival_s
+    return [replace(r, arrival_s=(r.arrival_s - first) * scale) for r in case]
 
 
 def trace_name(trace: str | Path) -> str:

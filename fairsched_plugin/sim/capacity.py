@@ -19,12 +19,14 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..bench.arms import STOCK, Arm
+from ..bench.traces import at_rate
+from ..bench.vllm_client import mean_rate
 from ..bench.workloads import WorkloadRequest
 from ..config import ConfigError
 from .cli import add_engine_arguments, case_loader, settings_from_args
@@ -54,21 +56,6 @@ class Capacity:
     rate: float
     """The highest probed rate stock keeps up with (requests/s)."""
     probes: tuple[Probe, ...]
-
-
-def case_rate(case: Sequence[WorkloadRequest]) -> float:
-    """A case's mean arrival rate, ``(n - 1) / span`` (requests/s)."""
-    span = case[-1].arrival_s - case[0].arrival_s
-    if len(case) < 2 or span <= 0:
-        raise ValueError("a rate needs at least two requests arriving at different times")
-    return (len(case) - 1) / span
-
-
-def at_rate(case: Sequence[WorkloadRequest], rate: float) -> list[WorkloadRequest]:
-    """``case`` with its arrivals scaled to a mean rate of ``rate`` requests/s."""
-    scale = case_rate(case) / rate
-    first = case[0].arrival_s
-    return [replace(r, arrival_s=(r.arrival_s - first) * scale) for r in case]
 
 
 def probe(case: Sequence[WorkloadRequest], rate: float, step_model: StepModel,
@@ -103,7 +90,7 @@ def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
                      f"{'keeps up' if result.keeps_up else 'falls behind'}")
         return result.keeps_up
 
-    rate = case_rate(case)
+    own = rate = mean_rate(case)
     low, high = 0.0, math.inf
     if run(rate):
         low = rate
@@ -117,7 +104,7 @@ def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
         high = rate
         while low == 0.0:
             rate /= 2
-            if rate < case_rate(case) / 1024:
+            if rate < own / 1024:
                 raise ValueError("stock keeps up with no rate down to 1/1024 of the case's: "
                                  "the case cannot be served on these settings")
             if run(rate):

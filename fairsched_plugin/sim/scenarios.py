@@ -1,6 +1,6 @@
 """The suite's scenarios: which requests arrive, in which relative pattern, and how long a
 context the engine must accept. Each builds a case at its own rate; the suite rescales
-the arrivals to each load (``capacity.at_rate``).
+the arrivals to each load (``bench.traces.at_rate``).
 
 - ``azure-conv``: the Azure LLM inference trace 2023, conversation service (packaged;
   CC-BY, Splitwise, ISCA 2024): consecutive requests from the start of the trace with

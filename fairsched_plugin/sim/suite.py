@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 
 from ..bench.arms import STOCK, parse_arm
+from ..bench.traces import at_rate
 from ..config import ConfigError, FairschedConfig
 from . import analytic
-from .capacity import at_rate, find_capacity
+from .capacity import find_capacity
 from .devices import DEVICES, serve_defaults
 from .engine import simulate
 from .hardware import MODEL_CONFIGS, accelerator, model_config
@@ -136,8 +137,8 @@ class Results:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n")
 
 
-def run_cell(scenario: Scenario, case: Sequence[Any], model: AnalyticStepModel,
-             settings: SimSettings, arm: str, rate: float) -> dict[str, Any]:
+def run_cell(case: Sequence[Any], model: AnalyticStepModel, settings: SimSettings, arm: str,
+             rate: float) -> dict[str, Any]:
     """One arm at one rate: the run's metrics."""
     result = simulate(parse_arm(arm), at_rate(case, rate), model, settings, None)
     return run_metrics(result.run["requests"])
@@ -173,7 +174,7 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
             rate = _r(load * capacity.rate)  # as stored, so a rerun of the cell is exact
             for arm in plan.arms:
                 run_start = time.perf_counter()
-                metrics = run_cell(scenario, case, model, settings, arm, rate)
+                metrics = run_cell(case, model, settings, arm, rate)
                 run_s += time.perf_counter() - run_start
                 results.cells.append({"scenario": scenario_name, "device": device,
                                       "model": model_name, "mode": mode, "load": load,
