@@ -36,6 +36,7 @@ from pathlib import Path
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
 from fairsched_plugin import FairScheduler
+from fairsched_plugin.config import FairschedConfig
 from fairsched_plugin.sim.fake_engine import (
     OfflineEngine,
     make_request,
@@ -46,18 +47,18 @@ from fairsched_plugin.sim.fake_engine import (
 SIZES = (100, 1_000, 10_000)
 
 
+DEFAULT = FairschedConfig().policy
 ARMS = {
     "stock": (AsyncScheduler, {}),
     "fcfs": (FairScheduler, {"policy": "fcfs"}),
-    # The default: the guard counts every step's prefill work (StepMonitor), and the
-    # automatic alpha times every step.
-    "default": (FairScheduler, {"policy": "guarded-aging"}),
-    "guarded-srpf": (FairScheduler, {"policy": "guarded-srpf"}),
+    # The default: its guard counts every step's prefill work (StepMonitor).
+    "default": (FairScheduler, {"policy": DEFAULT}),
+    "guarded-aging": (FairScheduler, {"policy": "guarded-aging"}),
     "aging": (FairScheduler, {"policy": "aging", "aging": {"alpha": 37.5}}),
     # The automatic alpha also times every step to measure prefill speed.
     "auto": (FairScheduler, {"policy": "aging", "aging": {"alpha": "auto"}}),
     # The default with the JSON Lines trace (its path is set in main()).
-    "traced": (FairScheduler, {"policy": "guarded-aging"}),
+    "traced": (FairScheduler, {"policy": DEFAULT}),
 }
 
 
@@ -153,7 +154,7 @@ def main() -> None:
     timed = "one engine step" if args.full_step else "schedule() per call"
     print(f"{timed}, medians over {args.steps} interleaved steps of {args.instances} engines "
           "per arm (budget 512 tokens, max_num_seqs 256); x = ratio of the arm's median "
-          "engine to stock's, (range over its engines); default = guarded-aging, "
+          f"engine to stock's, (range over its engines); default = {DEFAULT}, "
           "aging = alpha 37.5, auto = alpha auto, traced = the default writing the per-step "
           "trace")
     print(f"{'workload':>8} {'waiting':>7} {'stock us':>9} {'stock range':>11} "

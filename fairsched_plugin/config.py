@@ -61,12 +61,16 @@ class AgingConfig:
 
 @dataclass(frozen=True)
 class GuardedSRPFConfig:
-    """Guarded shortest remaining prefill first: a request is overdue once the engine has
-    served ``slack`` times the prefill work FCFS would have served before it (or the
-    largest backlog of the last ``window_s`` seconds); overdue requests outrank the rest."""
+    """Guarded shortest remaining prefill first, the default: a request is overdue once
+    the engine has served ``slack`` times the prefill work FCFS would have served before
+    it (or the largest backlog of the last ``window_s`` seconds) plus ``size_allowance``
+    times its own prefill work; overdue requests outrank the rest. Slack 1.15 and
+    allowance 1 were chosen on the scenario suite (docs/policies.md, "Choosing the
+    default")."""
 
-    slack: float = 1.25
+    slack: float = 1.15
     window_s: float = 0.0
+    size_allowance: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class GuardedAgingConfig:
     slack: float = 1.25
     window_s: float = 0.0
     auto_factor: float = 0.25
+    size_allowance: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,7 @@ class APCConfig:
 
 @dataclass(frozen=True)
 class FairschedConfig:
-    policy: str = "guarded-aging"
+    policy: str = "guarded-srpf"
     service: str = "budget"
     max_batch_size: int = 16
     decodes_first: bool = False
@@ -275,10 +280,15 @@ KEYS: tuple[_Key, ...] = (
     _Key("guarded_srpf.window_s", float,
          "a finite number >= 0 (seconds over which the largest backlog is remembered)",
          _non_negative),
+    _Key("guarded_srpf.size_allowance", float,
+         "a finite number >= 0 (a request may also be passed by this many times its own "
+         "prefill work before it is overdue)", _non_negative),
     _Key("guarded_aging.slack", float, "a finite number > 0 (as guarded_srpf.slack)",
          _positive),
     _Key("guarded_aging.window_s", float, "a finite number >= 0 (as guarded_srpf.window_s)",
          _non_negative),
+    _Key("guarded_aging.size_allowance", float,
+         "a finite number >= 0 (as guarded_srpf.size_allowance)", _non_negative),
     _Key("guarded_aging.auto_factor", float,
          "a finite number > 0: alpha = auto_factor * prefill tokens/s, as aging.auto_factor",
          _positive),

@@ -20,7 +20,6 @@ from fairsched_plugin.config import (
 from fairsched_plugin.policies import (
     AgingPolicy,
     FCFSPolicy,
-    GuardedAging,
     GuardedSRPF,
     make_policy,
 )
@@ -40,11 +39,14 @@ def fs(section):
 
 def test_defaults():
     config = load()
-    assert config == FairschedConfig(policy="guarded-aging",
+    assert config == FairschedConfig(policy="guarded-srpf",
                                      aging=AgingConfig(alpha="auto", beta=-1.0))
-    assert config.policy == "guarded-aging"
+    assert config.policy == "guarded-srpf"
+    assert (config.guarded_srpf.slack, config.guarded_srpf.window_s,
+            config.guarded_srpf.size_allowance) == (1.15, 0.0, 1.0)
     assert (config.guarded_aging.slack, config.guarded_aging.window_s,
-            config.guarded_aging.auto_factor) == (1.25, 0.0, 0.25)
+            config.guarded_aging.auto_factor, config.guarded_aging.size_allowance) == (
+        1.25, 0.0, 0.25, 0.0)
     assert config.decodes_first is False
     assert config.aging.alpha == "auto"
     assert config.aging.beta == -1.0
@@ -67,13 +69,13 @@ def test_explicit_environ_ignores_process_environment(monkeypatch):
     for name in [n for n in os.environ if n.startswith("FAIRSCHED_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("FAIRSCHED_POLICY", "fcfs")
-    assert load_config(environ={}).policy == "guarded-aging"
+    assert load_config(environ={}).policy == "guarded-srpf"
     # And without environ= it reads os.environ.
     assert load_config().policy == "fcfs"
 
 
 def test_make_policy_from_config():
-    assert isinstance(make_policy(load()), GuardedAging)
+    assert isinstance(make_policy(load()), GuardedSRPF)
     policy = make_policy(load(fs({"policy": "aging"})))
     assert isinstance(policy, AgingPolicy)
     # Aging's default alpha is automatic: uncalibrated (arrival order) until measured.
@@ -98,7 +100,7 @@ def test_additional_config_nested():
 def test_additional_config_partial_section_keeps_other_defaults():
     config = load(fs({"aging": {"beta": -3}}))
     assert config.aging == AgingConfig(alpha="auto", beta=-3.0)
-    assert config.policy == "guarded-aging"
+    assert config.policy == "guarded-srpf"
 
 
 def test_policy_name_is_normalised():

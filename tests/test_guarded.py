@@ -20,14 +20,30 @@ def test_deadline_is_the_served_work_plus_slack_times_the_backlog():
     assert guard.deadline(backlog_tokens=1000) == pytest.approx(750 + 1500)
 
 
-def test_a_cold_engine_serves_in_arrival_order():
-    """Nothing queued ahead: the deadline is the served work itself, overdue at once."""
+def test_without_the_size_allowance_a_request_at_an_empty_queue_is_overdue_at_once():
+    """Nothing queued ahead: the deadline is the served work itself, so the long prompt
+    that came first holds back every short one behind it (seed 000's head-of-line case)."""
     policy = GuardedSRPF(slack=1.25, window_s=0.0)
-    first = RequestView("long", 1.0, 4000, deadline=policy.deadline(1.0, 0))
+    first = RequestView("long", 1.0, 4000, deadline=policy.deadline(1.0, 0, 4000))
     policy.observe_backlog(1.0, 4000)
-    second = RequestView("short", 1.1, 10, deadline=policy.deadline(1.1, 4000))
+    second = RequestView("short", 1.1, 10, deadline=policy.deadline(1.1, 4000, 10))
     rank = policy.ranker(now=1.2)
     assert rank(first) < rank(second)
+
+
+def test_the_size_allowance_lets_short_requests_pass_until_the_own_size_is_served():
+    """With allowance 1, the long prompt that arrived first may be passed by up to its own
+    prefill work (a bounded slowdown of 2 at an empty queue), then it is overdue."""
+    policy = GuardedSRPF(slack=1.25, window_s=0.0, size_allowance=1.0)
+    first = RequestView("long", 1.0, 4000, deadline=policy.deadline(1.0, 0, 4000))
+    assert first.deadline == pytest.approx(4000)
+    second = RequestView("short", 1.1, 10, deadline=policy.deadline(1.1, 4000, 10))
+    assert second.deadline == pytest.approx(1.25 * 4000 + 10)
+    assert policy.ranker(now=1.2)(second) < policy.ranker(now=1.2)(first)
+    policy.observe_step(3999)
+    assert policy.ranker(now=1.3)(second) < policy.ranker(now=1.3)(first)
+    policy.observe_step(1)
+    assert policy.ranker(now=1.4)(first) < policy.ranker(now=1.4)(second)
 
 
 def test_the_window_keeps_the_largest_recent_backlog():
@@ -110,7 +126,7 @@ def test_policies_without_deadlines_rank_by_their_key():
     view = RequestView("a", 1.0, 10)
     assert aging.ranker(now=5.0)(view) == aging.key(view)
     with pytest.raises(NotImplementedError):
-        aging.deadline(1.0, 10)
+        aging.deadline(1.0, 10, 10)
 
 
 def test_config_makes_the_policies_and_checks_their_keys():
@@ -127,5 +143,7 @@ def test_config_makes_the_policies_and_checks_their_keys():
         load_config({"fairsched": {"guarded_srpf": {"slack": 0}}}, {})
     with pytest.raises(ConfigError, match="guarded_srpf.window_s"):
         load_config({}, {"FAIRSCHED_GUARDED_SRPF_WINDOW_S": "-1"})
+    with pytest.raises(ConfigError, match="guarded_srpf.size_allowance"):
+        load_config({}, {"FAIRSCHED_GUARDED_SRPF_SIZE_ALLOWANCE": "-0.5"})
     with pytest.raises(ConfigError, match="guarded_aging.auto_factor"):
         load_config({}, {"FAIRSCHED_GUARDED_AGING_AUTO_FACTOR": "0"})

@@ -375,9 +375,11 @@ def test_fcfs_with_decodes_first_serves_decodes_before_a_running_prefill(config_
 # --------------------------------------------------------------------------- guarded-srpf
 
 
-def _guarded_engine(model_dir, slack: float, window_s: float = 0.0) -> OfflineEngine:
+def _guarded_engine(model_dir, slack: float, window_s: float = 0.0,
+                    size_allowance: float = 0.0) -> OfflineEngine:
     config = {"fairsched": {"policy": "guarded-srpf",
-                            "guarded_srpf": {"slack": slack, "window_s": window_s}}}
+                            "guarded_srpf": {"slack": slack, "window_s": window_s,
+                                             "size_allowance": size_allowance}}}
     return _engine(model_dir, config=config, max_num_batched_tokens=64)
 
 

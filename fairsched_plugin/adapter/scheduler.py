@@ -311,8 +311,8 @@ class FairSchedulingMixin(VllmCompat):  # type: ignore[misc,valid-type]
     def add_request(self, request: Request) -> None:
         policy = self.fairsched_policy
         if policy.uses_deadlines:
-            self._deadlines[request.request_id] = policy.deadline(request.arrival_time,
-                                                                  self._backlog())
+            self._deadlines[request.request_id] = policy.deadline(
+                request.arrival_time, self._backlog(), request.num_tokens)
         super().add_request(request)
         if policy.tracks_service:
             policy.observe_arrival(request_view(request))

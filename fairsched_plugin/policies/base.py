@@ -136,9 +136,10 @@ class OrderingPolicy(ABC):
         what a waiting queue stores, so its head can be compared without a view."""
         return (_ON_TIME, *key) if self.uses_deadlines else key
 
-    def deadline(self, arrival_time: float, backlog_tokens: int) -> float:
+    def deadline(self, arrival_time: float, backlog_tokens: int, own_tokens: int) -> float:
         """The deadline of a request arriving with ``backlog_tokens`` of prefill work
-        queued ahead of it (only called when ``uses_deadlines``)."""
+        queued ahead of it and ``own_tokens`` of its own (only called when
+        ``uses_deadlines``)."""
         raise NotImplementedError(f"{self.name} assigns no deadlines")
 
     def overdue_cutoff(self, now: float) -> float:

@@ -56,15 +56,18 @@ class RecentMax:
 
 class FcfsGuard:
     """Deadlines in served prefill tokens: ``slack`` times the work FCFS would have done
-    before serving the request (or the window's largest such work)."""
+    before serving the request (or the window's largest such work), plus
+    ``size_allowance`` times the request's own prefill work."""
 
-    def __init__(self, slack: float, window_s: float) -> None:
+    def __init__(self, slack: float, window_s: float, size_allowance: float = 0.0) -> None:
         self.slack = slack
+        self.size_allowance = size_allowance
         self.served = 0
         self.recent_backlog = RecentMax(window_s)
 
-    def deadline(self, backlog_tokens: int) -> float:
-        return self.served + self.slack * max(backlog_tokens, self.recent_backlog.value)
+    def deadline(self, backlog_tokens: int, own_tokens: int = 0) -> float:
+        return (self.served + self.slack * max(backlog_tokens, self.recent_backlog.value)
+                + self.size_allowance * own_tokens)
 
     def observe_backlog(self, now: float, backlog_tokens: int) -> None:
         self.recent_backlog.observe(now, backlog_tokens)
@@ -75,7 +78,9 @@ class FcfsGuard:
     def describe(self) -> str:
         window = self.recent_backlog.window_s
         return (f"overdue after slack={self.slack:g} x the FCFS backlog"
-                + (f" (largest of the last {window:g} s)" if window else ""))
+                + (f" (largest of the last {window:g} s)" if window else "")
+                + (f" + {self.size_allowance:g} x its own prefill" if self.size_allowance
+                   else ""))
 
 
 class _Guarded:
@@ -84,8 +89,8 @@ class _Guarded:
     uses_deadlines = True
     guard: FcfsGuard
 
-    def deadline(self, arrival_time: float, backlog_tokens: int) -> float:
-        return self.guard.deadline(backlog_tokens)
+    def deadline(self, arrival_time: float, backlog_tokens: int, own_tokens: int) -> float:
+        return self.guard.deadline(backlog_tokens, own_tokens)
 
     def overdue_cutoff(self, now: float) -> float:
         return self.guard.served
@@ -108,8 +113,8 @@ class GuardedSRPF(_Guarded, OrderingPolicy):
     orders_decodes = False
     key_follows_remaining_work = True
 
-    def __init__(self, slack: float, window_s: float) -> None:
-        self.guard = FcfsGuard(slack, window_s)
+    def __init__(self, slack: float, window_s: float, size_allowance: float = 0.0) -> None:
+        self.guard = FcfsGuard(slack, window_s, size_allowance)
 
     def value(self, view: RequestView) -> float:
         return view.remaining_prefill
@@ -129,9 +134,9 @@ class GuardedAging(_Guarded, AgingPolicy):
     name = "guarded-aging"
 
     def __init__(self, slack: float, window_s: float, auto_factor: float,
-                 epoch: float = 0.0) -> None:
+                 epoch: float = 0.0, size_allowance: float = 0.0) -> None:
         AgingPolicy.__init__(self, alpha=None, epoch=epoch, auto_factor=auto_factor)
-        self.guard = FcfsGuard(slack, window_s)
+        self.guard = FcfsGuard(slack, window_s, size_allowance)
 
     def describe(self) -> str:
         return f"guarded-aging({AgingPolicy.describe(self)}; {self.guard.describe()})"

@@ -115,8 +115,8 @@ class SimRun:
 def _result_row(case: WorkloadRequest) -> dict[str, Any]:
     return {"id": case.id, "category": case.category, "tier": case.tier,
             "prompt_tokens": case.prompt_tokens, "target_output_tokens": case.output_tokens,
-            "arrival_s": case.arrival_s, "sent_s": case.arrival_s, "first_token_s": None,
-            "finish_s": None, "output_tokens": 0, "error": None,
+            "arrival_s": case.arrival_s, "sent_s": case.arrival_s, "first_scheduled_s": None,
+            "first_token_s": None, "finish_s": None, "output_tokens": 0, "error": None,
             "class": case.request_class}
 
 
@@ -231,6 +231,10 @@ def simulate(
             sampled = {req_id: ([] if scheduler.requests[req_id].is_prefill_chunk else [1])
                        for req_id in output.num_scheduled_tokens}
             dispatched = _Batch(output, sampled, start + duration)
+            for req_id in output.num_scheduled_tokens:
+                row = rows[req_id]
+                if row["first_scheduled_s"] is None:
+                    row["first_scheduled_s"] = start
             if in_flight is not None:
                 complete(in_flight)
             if settings.async_scheduling:

@@ -38,7 +38,7 @@ from .suite_report import plot, render
 
 LOADS = (0.5, 0.9, 1.0, 1.1, 1.3)
 DEFAULT_POLICY = FairschedConfig().policy
-ARMS = tuple(dict.fromkeys((STOCK, "fcfs", DEFAULT_POLICY, "guarded-srpf", "hrrn", "preflow",
+ARMS = tuple(dict.fromkeys((STOCK, "fcfs", DEFAULT_POLICY, "guarded-aging", "hrrn", "preflow",
                             "spf")))
 """Stock, the plugin's ``fcfs`` (stock's order through the plugin: the control), the
 default, the main alternatives, and ``spf`` (mean-optimal, tail-blind: the limit)."""
@@ -74,7 +74,7 @@ class Plan:
 
 
 QUICK = Plan(("azure-conv",), ("h100",), ("qwen3-8b",), ("async",), LOADS,
-             (STOCK, "fcfs", DEFAULT_POLICY, "guarded-srpf", "spf"), 2000)
+             (STOCK, "fcfs", DEFAULT_POLICY, "guarded-aging", "spf"), 2000)
 FULL = Plan(("azure-conv", "long-context", "sharegpt"), ("h100", "a100-80gb", "ascend910b"),
             ("qwen3-8b", "llama-3-8b"), ("async",), LOADS, ARMS, 2000,
             sync_also=(("azure-conv", "h100", "qwen3-8b"),))
@@ -100,9 +100,12 @@ def group_settings(scenario: Scenario, device: str, model: AnalyticStepModel,
 
 def run_metrics(requests: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """What the table and the plots read of one run: TTFT and E2E statistics, output
-    throughput, per-class TTFT, and TTFT at every percentile (for the CDF)."""
+    throughput, per-class TTFT, TTFT at every percentile (for the CDF), and the part of
+    TTFT spent queueing for the budget (arrival to the first step that schedules the
+    request; the rest is the prefill's own steps)."""
     done = [r for r in requests if r["error"] is None and r["finish_s"] is not None]
     ttft = np.array([r["first_token_s"] - r["arrival_s"] for r in done])
+    queued = np.array([r["first_scheduled_s"] - r["arrival_s"] for r in done])
     e2e = np.array([r["finish_s"] - r["arrival_s"] for r in done])
     span = max(r["finish_s"] for r in done) - min(r["arrival_s"] for r in done)
     by_class = {}
@@ -115,6 +118,7 @@ def run_metrics(requests: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "completed": len(done), "failed": len(requests) - len(done),
         "ttft_p50": _r(np.percentile(ttft, 50)), "ttft_mean": _r(ttft.mean()),
         "ttft_p99": _r(np.percentile(ttft, 99)), "e2e_mean": _r(e2e.mean()),
+        "queued_p50": _r(np.percentile(queued, 50)), "queued_mean": _r(queued.mean()),
         "output_tps": _r(sum(r["output_tokens"] for r in done) / span),
         "by_class": by_class,
         "ttft_percentiles": [_r(v) for v in np.percentile(ttft, np.arange(101))],

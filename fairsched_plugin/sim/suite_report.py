@@ -109,6 +109,59 @@ def verdict_table(results: dict[str, Any], arm: str) -> list[str]:
     return lines
 
 
+LIMIT = "spf"
+"""Shortest prompt first: the order that minimises mean waiting and ignores the tail."""
+
+
+def _cell(results: dict[str, Any], key: GroupKey, load: float, arm: str) -> Cell | None:
+    return next((c for c in results["cells"] if group_key(c) == key and c["load"] == load
+                 and c["arm"] == arm), None)
+
+
+def target_table(results: dict[str, Any], arm: str) -> list[str]:
+    """Per group and load: ``arm``'s mean TTFT and mean E2E against ``spf``'s (what the
+    mean can still buy), its largest prompt class's P99 TTFT and its output throughput
+    against stock's. Empty unless the results hold ``spf``."""
+    if not any(c["arm"] == LIMIT for c in results["cells"]):
+        return []
+    stock = _stock(results["cells"])
+    lines = ["| scenario · device · model · mode | load | mean TTFT / spf's | "
+             "mean E2E / spf's | P99 TTFT of the longest class / stock's | "
+             "output tok/s / stock's |", "|---|---|---|---|---|---|"]
+    for group in results["groups"]:
+        key = group_key(group)
+        for load in results["plan"]["loads"]:
+            mine, limit = _cell(results, key, load, arm), _cell(results, key, load, LIMIT)
+            if mine is None or limit is None:
+                continue
+            base = stock[(key, load)]
+            longest = classes_of([base])[-1]
+            lines.append(
+                f"| {' · '.join(key)} | {load:g}x | {_fmt_ratio(ratio(mine, limit, 'ttft_mean'))}"
+                f" | {_fmt_ratio(ratio(mine, limit, 'e2e_mean'))} | {longest} "
+                f"{_fmt_ratio(ratio(mine, base, 'p99', longest))} | "
+                f"{_fmt_ratio(ratio(mine, base, 'output_tps'))} |")
+    return lines
+
+
+def queueing_table(results: dict[str, Any]) -> list[str]:
+    """Per group and load, of stock's TTFT: the median time queued for the budget
+    (arrival to the first step that schedules the request) against the median TTFT, and
+    the queued share of the mean. Ordering can only shorten the queued part; where it is
+    small, no order helps. Empty for results without the queueing figures."""
+    cells = [c for c in results["cells"] if c["arm"] == STOCK and "queued_p50" in c["metrics"]]
+    if not cells:
+        return []
+    lines = ["| scenario · device · model · mode | load | stock's median TTFT | "
+             "median queued | queued share of mean TTFT |", "|---|---|---|---|---|"]
+    for cell in cells:
+        m = cell["metrics"]
+        lines.append(f"| {' · '.join(group_key(cell))} | {cell['load']:g}x | "
+                     f"{_fmt_abs('ttft', m['ttft_p50'])} | {_fmt_abs('ttft', m['queued_p50'])}"
+                     f" | {m['queued_mean'] / m['ttft_mean']:.0%} |")
+    return lines
+
+
 def async_shift(results: dict[str, Any]) -> list[str]:
     """Where a group ran both sync and async: each arm's median and P99 TTFT ratio in
     both modes at every load."""
@@ -148,6 +201,18 @@ def render(results: dict[str, Any]) -> str:
              f"## The default (`{default}`) against stock", "",
              "Median TTFT / P99 TTFT / mean E2E, as ratios to stock (below 1 is better).", ""]
     lines += verdict_table(results, default) + [""]
+    targets = target_table(results, default)
+    if targets:
+        lines += ["Against the limit and per class: mean TTFT and mean E2E as ratios to `spf` "
+                  "(shortest prompt first, the mean-optimal and tail-blind order) in the same "
+                  "run; the longest prompt class's P99 TTFT and output throughput as ratios "
+                  "to stock.", ""] + targets + [""]
+    queueing = queueing_table(results)
+    if queueing:
+        lines += ["## Where ordering can help", "",
+                  "Stock's TTFT split: time queued for the token budget (arrival to the "
+                  "first step that schedules the request) and the rest (the prefill's own "
+                  "steps). An order can only shorten the queued part.", ""] + queueing + [""]
     shift = async_shift(results)
     if shift:
         lines += ["", "## Sync against async", ""] + shift
