@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .sim import capacity
     from .sim import cli as sim_cli
     from .sim import suite
+    from .sim import surrogate
     from .sim import tune as sim_tune
 
     parser = argparse.ArgumentParser(prog="fairsched", description=__doc__)
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim_tune.add_cli(subparsers)
     capacity.add_cli(subparsers)
     suite.add_cli(subparsers)
+    surrogate.add_cli(subparsers)
     return parser
 
 

@@ -105,7 +105,7 @@ def test_a_server_starts_from_the_wheel(wheel_venv, tiny_model, tmp_path, how, m
         result = stream_completion(server.base_url, server.model, "Hello there " * 10, 8)
         log = server.log_text()
     assert result.completion_tokens == 8
-    policy = "guarded-aging" if how == "scheduler-cls" else "aging"
+    policy = "guarded-srpf" if how == "scheduler-cls" else "aging"
     assert re.search(rf"fairsched: scheduler Fair(Sync)?Scheduler active with policy {policy}",
                      log), log[-3000:]
     assert "scheduler hooks: per-request cap through _reserve_prefill_lookahead" in log

@@ -51,7 +51,7 @@ def _assert_streamed(results, max_tokens: int = 16) -> None:
 def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path: Path):
     args = ENGINE_ARGS + [
         "--scheduler-cls", "fairsched_plugin.FairScheduler",
-        "--additional-config", json.dumps({"fairsched": {"guarded_aging": {"slack": 1.5}}}),
+        "--additional-config", json.dumps({"fairsched": {"guarded_srpf": {"slack": 1.5}}}),
     ]
     with running_server(str(tiny_model), tmp_path / "server.log", args) as server:
         _assert_streamed(_query_all(server))
@@ -60,9 +60,8 @@ def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path
     # sync variant; on a GPU the same name stays async.
     assert re.search(
         r"fairsched: scheduler Fair(Sync)?Scheduler active with policy "
-        r"guarded-aging\(aging\(alpha=auto: 0.25 x measured prefill tokens/s, arrival order "
-        r"until measured, beta=-1\); "
-        r"overdue after slack=1.5 x the FCFS backlog\)",
+        r"guarded-srpf\(shortest remaining prefill first; "
+        r"overdue after slack=1.5 x the FCFS backlog \+ 1 x its own prefill\)",
         log,
     )
     assert "is the async variant" not in log

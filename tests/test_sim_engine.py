@@ -184,3 +184,39 @@ def test_surrogate_batches_stay_within_a_context_shorter_than_the_budget() -> No
     assert all(chunk + before <= 1024 for b in batches for chunk, before in b.prefills)
     with pytest.raises(ValueError, match="max_len must be >= 1"):
         surrogate.sample_batches(10, 512, 8, 0, np.random.default_rng(0))
+
+
+def test_lprs_predictor_command_writes_a_model_lprs_loads(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """``fairsched lprs-predictor``: LPRS's latency model from a config.json and a device
+    preset, no profiling run; it loads as the scheduler loads it, small batches predicted
+    within 30% of the analytic time; a bad device is a clear error, not a traceback."""
+    import json
+
+    import numpy as np
+
+    from fairsched_plugin.cli import main
+    from fairsched_plugin.predictor.features import MemoryState, batch_row
+    from fairsched_plugin.predictor.runtime import LatencyPredictor
+    from fairsched_plugin.sim.batch import SimBatch
+    from fairsched_plugin.sim.hardware import MODEL_CONFIGS
+    from fairsched_plugin.sim.step_models import parse_step_model
+
+    config = tmp_path / "model" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(MODEL_CONFIGS["qwen3-8b"]))
+    out = tmp_path / "lprs.onnx"
+    args = ["lprs-predictor", "--device", "h100", "--model", str(config.parent),
+            "--max-num-batched-tokens", "8192", "--max-num-seqs", "256",
+            "--max-model-len", "16384", "--out", str(out)]
+    assert main(args) == 0
+    assert "MAPE" in capsys.readouterr().out
+    predictor = LatencyPredictor.load(out, expected_memory_provider="kv_cache")
+    step = parse_step_model(f"analytic:h100:{config}")
+    memory = MemoryState(0.0, 0.0, 0.0, 0.0)
+    for batch in (SimBatch(decodes=[(500, 1)]), SimBatch(prefills=[(64, 0)]),
+                  SimBatch(decodes=[(1000, 1)] * 8, prefills=[(512, 0)])):
+        predicted = predictor.predict(np.stack([batch_row(batch.stats(), memory)]))[0]
+        assert predicted == pytest.approx(step.step_time_s(batch, memory) * 1e3, rel=0.3)
+    assert main(args[:2] + ["h1000"] + args[3:]) == 2
+    assert "unknown accelerator 'h1000'" in capsys.readouterr().err

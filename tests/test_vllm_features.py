@@ -473,7 +473,8 @@ def test_cache_aware_admission_ranks_a_prefix_cached_while_waiting(config_only_m
 
 
 @needs_cache_aware
-@pytest.mark.parametrize("policy", ["aging", "guarded-aging", "spf", "hrrn", "fcfs"])
+@pytest.mark.parametrize("policy", ["aging", "guarded-srpf", "guarded-aging", "spf", "hrrn",
+                                    "fcfs"])
 @pytest.mark.parametrize("own_reorder", [False, True])
 def test_cache_aware_admission_keeps_every_queue_whole(config_only_model, policy,
                                                         own_reorder):

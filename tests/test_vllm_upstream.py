@@ -4,9 +4,10 @@ Why: vLLM's ``tests/v1/core/`` states what vLLM's scheduler promises (preemption
 caching, KV connectors, spec decode, structured output, pause states, priority). The
 harness (``tests/vllm_upstream/harness.py``) runs them on stock vLLM and with every
 scheduler they build replaced by the plugin's class, under ``fcfs`` (must behave exactly as
-stock), ``aging`` (the project's policy with the most state), ``guarded-aging`` (the
-default: Aging inside the FCFS guard's deadline lanes) and ``aging+align`` (Aging
-with chunk-end alignment, on by default on Ascend: the plan's chunk-rule path). Then, for
+stock), ``aging`` (the project's policy with the most state), ``guarded-srpf`` (the
+default: shortest remaining prefill first inside the FCFS guard's deadline lanes) and
+``aging+align`` (Aging with chunk-end alignment, on by default on Ascend: the plan's
+chunk-rule path). Then, for
 each configuration:
 
 * every test that fails on stock is covered by an ``[[excluded]]`` entry of
@@ -48,7 +49,7 @@ LISTS = Path(__file__).resolve().parent / "vllm_upstream" / "differences.toml"
 CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
     "fcfs": ("fcfs", {}),
     "aging": ("aging", {}),
-    "guarded-aging": ("guarded-aging", {}),
+    "guarded-srpf": ("guarded-srpf", {}),
     "aging+align": ("aging", {"FAIRSCHED_LPRS_ALIGN": "on"}),
 }
 """Name in differences.toml -> (policy, further FAIRSCHED_* settings)."""
@@ -154,7 +155,7 @@ def test_plugin_fails_only_the_listed(version: str, policy: str) -> None:
     )
 
 
-@pytest.mark.parametrize("policy", ["stock", "aging", "guarded-aging"])
+@pytest.mark.parametrize("policy", ["stock", "aging", "guarded-srpf"])
 def test_newer_scheduler_paths_drain(policy: str) -> None:
     """vLLM 0.34's asynchronous KV loads, parked reservations, failed loads and draft
     tokens, driven at random by vLLM's own mock connector (``drain_under_policy.py``):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -36,17 +37,19 @@ def sample_batches(n: int, budget: int, max_seqs: int, max_len: int,
                    rng: np.random.Generator) -> list[SimBatch]:
     """Random batches within the budget: 0-``max_seqs`` decodes of random context, and
     prefill chunks filling part of what the decodes leave (no chunk past ``max_len``, as
-    no prompt is longer)."""
+    no prompt is longer). Both counts are drawn log-uniformly, so the small batches of a
+    lightly loaded engine are as well covered as the full ones (LPRS's guard compares
+    predictions with every step's measured time, small ones included)."""
     for name, value in (("samples", n), ("budget", budget), ("max_seqs", max_seqs),
                         ("max_len", max_len)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     batches = []
     for _ in range(n):
-        decodes = int(rng.integers(0, max_seqs))
+        decodes = int(np.expm1(rng.uniform(0, np.log1p(max_seqs - 1))))
         decodes = min(decodes, budget)
         batch = SimBatch(decodes=[(int(c), 1) for c in rng.integers(1, max_len, decodes)])
-        left = int(rng.integers(0, budget - decodes + 1))
+        left = int(np.expm1(rng.uniform(0, np.log1p(budget - decodes))))
         while left > 0 and batch.num_requests < max_seqs:
             chunk = int(rng.integers(1, min(left, max_len) + 1))
             batch.prefills.append((chunk, int(rng.integers(0, max_len - chunk + 1))))
@@ -62,7 +65,8 @@ def fit(model: StepModel, batches: list[SimBatch]) -> tuple[np.ndarray, float, d
     x = np.stack([batch_row(b.stats(), memory) for b in batches]).astype(np.float64)
     y = np.array([model.step_time_s(b, memory) * 1e3 for b in batches])
     x[:, _MEMORY] = 0.0
-    weights, *_ = np.linalg.lstsq(x, y, rcond=None)
+    # Least squares on the relative error: a 5 ms step matters as much as a 100 ms one.
+    weights, *_ = np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)
     error = np.abs(x @ weights - y) / y
     stats = {"samples": len(batches), "mape_pct": float(error.mean() * 100),
              "p90_ape_pct": float(np.percentile(error, 90) * 100)}
@@ -92,6 +96,57 @@ def write(path: Path, weights: np.ndarray, description: str, stats: dict) -> Pat
     return path
 
 
+def build(step_model: str, out: Path, budget: int, max_seqs: int, max_len: int,
+          samples: int = 4000, seed: int = 0) -> dict:
+    """Fit a surrogate to ``step_model`` for an engine of this shape and write it to
+    ``out``; returns the fit's statistics. Bad values raise ``ValueError``."""
+    model = parse_step_model(step_model)
+    batches = sample_batches(samples, budget, max_seqs, max_len, np.random.default_rng(seed))
+    weights, _, stats = fit(model, batches)
+    write(out, weights, model.description, stats)
+    return {**stats, "description": model.description}
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """``fairsched lprs-predictor``: LPRS's latency model without a profiling run."""
+    parser = subparsers.add_parser(
+        "lprs-predictor",
+        help="write a latency model for LPRS from the model's config.json and the device "
+             "(the simulator's analytic step model, fitted; no profiling run)",
+        description="Writes an ONNX latency model for predictor.path: a linear fit to the "
+                    "analytic step time of MODEL on DEVICE, for an engine with these "
+                    "limits. LPRS checks it against every measured step and falls back to "
+                    "the token budget while it does not fit (lprs.guard_*).")
+    parser.add_argument("--device", required=True,
+                        help="an accelerator preset (h100, h200, a100-80gb, ascend910b, ...)")
+    parser.add_argument("--model", required=True,
+                        help="the served model's config.json (or its directory), or a preset "
+                             "(qwen3-8b, llama-3-8b)")
+    parser.add_argument("--max-num-batched-tokens", type=int, required=True,
+                        help="the engine's token budget (vLLM's, as served)")
+    parser.add_argument("--max-num-seqs", type=int, required=True)
+    parser.add_argument("--max-model-len", type=int, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="the model file (.onnx)")
+    parser.set_defaults(func=_main_cli)
+
+
+def _main_cli(args: argparse.Namespace) -> int:
+    spec = f"analytic:{args.device}:{args.model}"
+    try:
+        stats = build(spec, args.out, args.max_num_batched_tokens, args.max_num_seqs,
+                      args.max_model_len)
+    except ValueError as exc:  # PresetError is one
+        print(f"fairsched lprs-predictor: {exc}", file=sys.stderr)
+        return 2
+    _report(args.out, stats)
+    return 0
+
+
+def _report(out: Path, stats: dict) -> None:
+    print(f"{out}: fit to {stats['description']}: MAPE {stats['mape_pct']:.1f}%, "
+          f"P90 APE {stats['p90_ape_pct']:.1f}% over {stats['samples']} random batches")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("step_model")
@@ -103,15 +158,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     try:
-        model = parse_step_model(args.step_model)
-        batches = sample_batches(args.samples, args.budget, args.max_seqs, args.max_len,
-                                 np.random.default_rng(args.seed))
+        stats = build(args.step_model, args.out, args.budget, args.max_seqs, args.max_len,
+                      args.samples, args.seed)
     except ValueError as exc:  # PresetError is one
         parser.error(str(exc))
-    weights, _, stats = fit(model, batches)
-    write(args.out, weights, model.description, stats)
-    print(f"{args.out}: fit to {model.description}: MAPE {stats['mape_pct']:.1f}%, "
-          f"P90 APE {stats['p90_ape_pct']:.1f}% over {stats['samples']} random batches")
+    _report(args.out, stats)
 
 
 if __name__ == "__main__":
