@@ -42,6 +42,9 @@ class SimSettings:
     enable_prefix_caching: bool = False
     async_scheduling: bool = False
     """vLLM's async engine: the next step is scheduled while one is in flight (GPUs)."""
+    long_prefill_token_threshold: int = 0
+    """vLLM's ``--long-prefill-token-threshold``: no request's chunk exceeds it (0: off,
+    vLLM's default with one partial prefill)."""
     max_virtual_s: float = 86_400.0
     """A run still unfinished at this virtual time stops and names its unfinished requests
     (a policy that starves a request must not run forever)."""
@@ -108,6 +111,7 @@ def make_arm_scheduler(
         enable_chunked_prefill=True,
         async_scheduling=settings.async_scheduling,
         is_encoder_decoder=False,
+        long_prefill_token_threshold=settings.long_prefill_token_threshold,
     )
     cache_config = CacheConfig(block_size=settings.block_size, gpu_memory_utilization=0.9,
                                cache_dtype="auto",
