@@ -18,7 +18,7 @@ echo "[main 2/2] sanity check on the real vLLM CPU engine after $(minutes): a ti
 echo "           model on 2 cores, 200 ShareGPT requests, stock against the default, two "
 echo "           rounds. It shows the plugin serves through a real server; its timings are "
 echo "           too noisy on 2 cores to judge a policy by (the suite above is the verdict)."
-"$FS" bench --arms stock,guarded-aging --workload uniform --num-requests 200 \
+"$FS" bench --arms stock,guarded-srpf --workload uniform --num-requests 200 \
   --param rate_per_s=10 --rate-scale 4.5 --max-output-tokens 128 --repeat 2 \
   --pool .cache/sharegpt-pool.jsonl --out "$OUT/cpu-engine"
 
