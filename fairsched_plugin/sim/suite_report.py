@@ -86,6 +86,11 @@ def group_table(group: dict[str, Any], cells: list[Cell]) -> list[str]:
     return lines
 
 
+def _cell(results: dict[str, Any], key: GroupKey, load: float, arm: str) -> Cell | None:
+    return next((c for c in results["cells"] if group_key(c) == key and c["load"] == load
+                 and c["arm"] == arm), None)
+
+
 def verdict_table(results: dict[str, Any], arm: str) -> list[str]:
     """One line per group and load: ``arm``'s median / P99 TTFT and mean E2E ratios."""
     stock = _stock(results["cells"])
@@ -97,8 +102,7 @@ def verdict_table(results: dict[str, Any], arm: str) -> list[str]:
         key = group_key(group)
         row = []
         for load in loads:
-            cell = next((c for c in results["cells"] if group_key(c) == key
-                         and c["load"] == load and c["arm"] == arm), None)
+            cell = _cell(results, key, load, arm)
             if cell is None:
                 row.append("-")
                 continue
@@ -111,11 +115,6 @@ def verdict_table(results: dict[str, Any], arm: str) -> list[str]:
 
 LIMIT = "spf"
 """Shortest prompt first: the order that minimises mean waiting and ignores the tail."""
-
-
-def _cell(results: dict[str, Any], key: GroupKey, load: float, arm: str) -> Cell | None:
-    return next((c for c in results["cells"] if group_key(c) == key and c["load"] == load
-                 and c["arm"] == arm), None)
 
 
 def target_table(results: dict[str, Any], arm: str) -> list[str]:
