@@ -13,6 +13,9 @@ Every key is checked: an unknown key, a wrong type or an out-of-range value rais
 stops start-up instead of silently running the default. Values given in code (tests,
 benchmarks, tools) go through :func:`from_values`, the same checks. This is the one place
 values are checked: the policies and the plan take them as validated.
+
+The sections' classes are in ``settings``, below the policies that take them; this module
+sits above the policy registry (the ``policy`` key accepts its names) and re-exports them.
 """
 
 from __future__ import annotations
@@ -22,9 +25,28 @@ import math
 import os
 from collections.abc import Callable, Mapping
 import typing
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
+
+from .policies.registry import POLICIES
+
+# Every section class is re-exported: callers take the whole configuration from here.
+from .settings import (
+    AUTO,
+    AFLCBConfig,
+    AgingConfig,
+    AgingSPFConfig,
+    APCConfig,
+    ESTFConfig,
+    FairschedConfig,
+    GuardedAgingConfig,
+    GuardedSRPFConfig,
+    LPRSConfig,
+    PredictorConfig,
+    PreflowConfig,
+    ProfileConfig,
+)
 
 ENV_PREFIX = "FAIRSCHED_"
 CONFIG_ENV = "FAIRSCHED_CONFIG"
@@ -46,173 +68,17 @@ class ConfigError(ValueError):
     """A configuration value the plugin cannot run with."""
 
 
-AUTO = "auto"
-
-
-@dataclass(frozen=True)
-class AgingConfig:
-    """Aging's parameters. ``alpha`` defaults to the automatic setting with factor 0.25,
-    the setting that measured best on the CPU engine (docs/results.md)."""
-
-    alpha: float | str = AUTO
-    beta: float = -1.0
-    auto_factor: float = 0.25
-
-
-@dataclass(frozen=True)
-class GuardedSRPFConfig:
-    """Guarded shortest remaining prefill first, the default: a request is overdue once
-    the engine has served ``slack`` times the prefill work FCFS would have served before
-    it (or the largest backlog of the last ``window_s`` seconds) plus ``size_allowance``
-    times its own prefill work; overdue requests outrank the rest. Slack 1.15 and
-    allowance 1 were chosen on the scenario suite (docs/policies.md, "Choosing the
-    default")."""
-
-    slack: float = 1.15
-    window_s: float = 0.0
-    size_allowance: float = 1.0
-
-
-@dataclass(frozen=True)
-class GuardedAgingConfig:
-    """Aging (alpha ``auto_factor`` times the measured prefill throughput) inside the
-    guard of guarded-srpf, with its own ``slack`` and ``window_s``. Slack 1.25: in six
-    paired comparisons with slack 1 on the real CPU engine its median TTFT was 0.60-0.99x
-    of slack 1's for a P99 TTFT 0.98-1.06x of it (docs/results.md, "The default's slack")."""
-
-    slack: float = 1.25
-    window_s: float = 0.0
-    auto_factor: float = 0.25
-    size_allowance: float = 0.0
-
-
-@dataclass(frozen=True)
-class PreflowConfig:
-    """PREFLOW: a request's priority doubles every ``age_doubling_s`` seconds it waits."""
-
-    age_doubling_s: float = 1.0
-
-
-@dataclass(frozen=True)
-class AgingSPFConfig:
-    """Aging shortest-prompt-first: ``rate`` prompt tokens of priority per second waited."""
-
-    rate: float = 100.0
-
-
-@dataclass(frozen=True)
-class ESTFConfig:
-    """Estimated shortest tokens first: the estimate before ``min_samples`` completions."""
-
-    prior_output_tokens: float = 128.0
-    min_samples: int = 5
-
-
-@dataclass(frozen=True)
-class AFLCBConfig:
-    """Adaptive fair LCB (formula in docs/policies.md)."""
-
-    z: float = 1.0
-    prompt_weight: float = 0.1
-    age_rate: float = 50.0
-    tier_weight: float = 256.0
-    tier_half_life_s: float = 10.0
-    kv_threshold: float = 0.8
-    kv_weight: float = 1.0
-
-
-@dataclass(frozen=True)
-class ProfileConfig:
-    """Per-step profiling for the latency predictor: off while ``path`` is empty."""
-
-    path: str = ""
-    memory: str = "auto"
-
-
-@dataclass(frozen=True)
-class PredictorConfig:
-    """The ONNX latency model and how ONNX Runtime runs it."""
-
-    path: str = ""
-    provider: str = "cpu"
-    device_id: int = 0
-    threads: int = 1
-    allow_memory_mismatch: bool = False
-    precision_mode: str = "must_keep_origin_dtype"
-    """CANN provider only: the graph's precision (CANN's own default, fp16, overflows)."""
-
-
-@dataclass(frozen=True)
-class LPRSConfig:
-    """Latency-predictive chunk selection (seed 000 §3.2.2): per prefill candidate, the
-    chunk whose predicted batch time is closest to ``target_ms`` (asymmetric penalties).
-    ``guard_*``: when to stop trusting a predictor that does not fit the engine
-    (``policies.lprs_guard``)."""
-
-    enabled: bool = False
-    target_ms: float = 50.0
-    granularity: int = 32
-    underfill_penalty: float = 1.0
-    overflow_penalty: float = 4.0
-    align: str = "auto"
-    correction: float = 0.1
-    guard_window: int = 16
-    guard_max_error: float = 1.0
-    guard_recover_error: float = 0.5
-    guard_min_fill: float = 0.5
-
-
-@dataclass(frozen=True)
-class APCConfig:
-    """Active prefill control (seed 000 §3.3): a dynamic cap on active prefills, a minimum
-    useful chunk, warm start, and a bound on how long one prefill can be held back."""
-
-    enabled: bool = False
-    max_active_prefills: int = 8
-    min_chunk: int = 16
-    max_deferred_steps: int = 64
-
-
-@dataclass(frozen=True)
-class FairschedConfig:
-    policy: str = "guarded-srpf"
-    service: str = "budget"
-    max_batch_size: int = 16
-    decodes_first: bool = False
-    decode_share: float = 0.0
-    decode_share_max_tpot_ms: float = 0.0
-    prefix_aware: bool = True
-    guarded_srpf: GuardedSRPFConfig = field(default_factory=GuardedSRPFConfig)
-    guarded_aging: GuardedAgingConfig = field(default_factory=GuardedAgingConfig)
-    aging: AgingConfig = field(default_factory=AgingConfig)
-    preflow: PreflowConfig = field(default_factory=PreflowConfig)
-    aging_spf: AgingSPFConfig = field(default_factory=AgingSPFConfig)
-    estf: ESTFConfig = field(default_factory=ESTFConfig)
-    af_lcb: AFLCBConfig = field(default_factory=AFLCBConfig)
-    profile: ProfileConfig = field(default_factory=ProfileConfig)
-    predictor: PredictorConfig = field(default_factory=PredictorConfig)
-    lprs: LPRSConfig = field(default_factory=LPRSConfig)
-    apc: APCConfig = field(default_factory=APCConfig)
-    trace_path: str = ""
-
-
 @dataclass(frozen=True)
 class _Key:
     path: str
     kind: type
-    accepted_text: str | Callable[[], str]
-    """What the key accepts, for messages and the docs; a callable when it is read from
-    elsewhere (the policy registry)."""
+    accepted: str
+    """What the key accepts, for messages and the docs."""
     check: Callable[[Any], bool] = lambda _value: True
     normalise: Callable[[Any], Any] = lambda value: value
     allow_auto: bool = False
     see: str = ""
     """A docs page (relative to the repository root) the README's table links to."""
-
-    @property
-    def accepted(self) -> str:
-        text = self.accepted_text
-        return text if isinstance(text, str) else text()
 
     @property
     def env_name(self) -> str:
@@ -236,18 +102,13 @@ def _one_of(names: tuple[str, ...]) -> tuple[str, Callable[[Any], bool]]:
 
 
 def policy_names() -> tuple[str, ...]:
-    """The registered policies' names (``policies.registry.POLICIES``).
-
-    Read when first needed, not at import: the registry imports the policies, and they
-    import this module's section classes."""
-    from .policies.registry import POLICIES
-
+    """The registered policies' names (``policies.registry.POLICIES``)."""
     return tuple(POLICIES)
 
 
 KEYS: tuple[_Key, ...] = (
-    _Key("policy", str, lambda: "one of " + ", ".join(policy_names()),
-         lambda v: v in policy_names(), normalise=str.lower, see="docs/policies.md"),
+    _Key("policy", str, *_one_of(policy_names()), normalise=str.lower,
+         see="docs/policies.md"),
     _Key(
         "service",
         str,
@@ -453,8 +314,6 @@ def markdown_table() -> str:
 
 
 def _policy_summaries() -> str:
-    from .policies.registry import POLICIES
-
     return "one of " + ", ".join(f"`{name}` ({entry.summary})"
                                  for name, entry in POLICIES.items())
 

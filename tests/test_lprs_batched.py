@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from fairsched_plugin.policies.plan import LatencyChunkRule  # noqa: E402
+from fairsched_plugin.policies.chunk_rule import LatencyChunkRule  # noqa: E402
 from fairsched_plugin.config import APCConfig, LPRSConfig  # noqa: E402
 from fairsched_plugin.policies import AgingPolicy, FCFSPolicy, RequestView, plan_prefill_caps  # noqa: E402
 from fairsched_plugin.policies.alignment import align_chunk  # noqa: E402
@@ -36,7 +36,8 @@ from fairsched_plugin.predictor.memory import KvCacheMemory  # noqa: E402
 from fairsched_plugin.predictor.runtime import LatencyPredictor  # noqa: E402
 from linear_onnx import write_linear_model  # noqa: E402
 
-CPU_MODEL = Path(__file__).resolve().parent.parent / "docs" / "predictor-cpu" / "model.onnx"
+CPU_MODEL = (Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+             / "2026-11-30-predictor-cpu" / "model.onnx")
 BLOCK = 16
 
 

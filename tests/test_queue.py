@@ -12,7 +12,7 @@ pytest.importorskip("vllm")
 
 from fairsched_plugin.sim.fake_engine import make_request  # noqa: E402
 from fairsched_plugin.adapter.queue import PolicyRequestQueue  # noqa: E402
-from fairsched_plugin.adapter.scheduler import request_view  # noqa: E402
+from fairsched_plugin.adapter.request_views import request_view  # noqa: E402
 from fairsched_plugin.policies import AgingPolicy, FCFSPolicy  # noqa: E402
 
 AGING = AgingPolicy(alpha=1.0, beta=-1.0)  # value = arrival + remaining prompt

@@ -17,7 +17,7 @@ from fairsched_plugin.sim.fake_engine import (  # noqa: E402
     make_request,
     make_scheduler,
 )
-from fairsched_plugin.adapter.scheduler import has_prefill_work, request_view  # noqa: E402
+from fairsched_plugin.adapter.request_views import has_prefill_work, request_view  # noqa: E402
 from scheduler_driver import assert_nothing_left, run_workload, scheduler_engine  # noqa: E402
 
 BUDGET = 256

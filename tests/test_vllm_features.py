@@ -28,7 +28,7 @@ from fairsched_plugin.sim.fake_engine import (  # noqa: E402
     make_request,
 )
 from fairsched_plugin.adapter.queue import PriorityLevelQueue  # noqa: E402
-from fairsched_plugin.adapter.scheduler import per_engine_path  # noqa: E402
+from fairsched_plugin.adapter.startup import per_engine_path  # noqa: E402
 from scheduler_driver import assert_nothing_left, run_workload, scheduler_engine  # noqa: E402
 
 BUDGET = 256

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from ..config import AFLCBConfig
+from ..settings import AFLCBConfig
 from .base import OrderingPolicy, RequestView
 from .output_estimate import CLASSES, Estimate, OutputLengthEstimator, prompt_class
 

@@ -4,7 +4,7 @@ Why it exists: with a token budget that is small against the decode batch, every
 token is a prefill token the queue does not get. A shortest-first order admits short
 prompts early, so more requests decode while others still queue, the prefill rate that
 drains the queue falls, and the requests at the end of a busy period (P99's) wait longer
-than under FCFS (``docs/results.md``, the frontier). Keeping the decodes to a share of the
+than under FCFS (benchmarks/results/2026-12-01-frontier-cpu-sim). Keeping the decodes to a share of the
 budget while prefill work waits holds that prefill rate, at the price of slower decoding
 for the newest requests during busy periods.
 

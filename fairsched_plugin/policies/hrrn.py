@@ -10,8 +10,9 @@ With one prefill rate for every request, ``ratio = 1 + wait * rate / remaining``
 is that of ``wait / remaining`` alone: the rate cancels and is not needed. The order does
 change with time (a long prompt's ratio grows slower than a short one's), so the keys are a
 snapshot taken at the start of every step (``dynamic``): each step re-keys the waiting queue,
-O(n) for n waiting requests. That cost is the price of the key, measured in
-docs/results.md; Aging and PREFLOW have static keys and no such cost.
+O(n) for n waiting requests. That cost is the price of the key
+(``benchmarks/overhead_harness.py rekey`` measures it); Aging and PREFLOW have static keys
+and no such cost.
 """
 
 from __future__ import annotations

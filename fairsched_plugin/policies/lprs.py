@@ -5,7 +5,7 @@ candidate chunks ``{1, h} ∪ {kΔ ≤ h}``, a latency prediction for each, and 
 prediction is closest to the target under an asymmetric score (overflowing the target
 costs more than underfilling it), ties to the larger chunk. The predictions come in as
 numbers, so this module stays free of ONNX and of vLLM, and the caller may score many
-candidates' sets in one predictor call (``plan.LatencyChunkRule`` does).
+candidates' sets in one predictor call (``chunk_rule.LatencyChunkRule`` does).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Config validation (the ``policy`` key), :func:`make_policy`, the benchmark's arms
 (``policy:key=value`` parameters are keys of the policy's section) and the README's config
 table all read :data:`POLICIES`. Adding a policy is its module plus one entry here (and,
-when it has parameters, its section in ``config``).
+when it has parameters, its section in ``settings`` and its keys in ``config.KEYS``).
 
-Factories take a validated :class:`~fairsched_plugin.config.FairschedConfig`: every value
+Factories take a validated :class:`~fairsched_plugin.settings.FairschedConfig`: every value
 was checked once, in ``config``, so the policies' constructors do not check again.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..config import AUTO, FairschedConfig
+from ..settings import AUTO, FairschedConfig
 from .af_lcb import AFLCBPolicy
 from .aging import AgingPolicy
 from .base import OrderingPolicy

@@ -34,7 +34,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
 from ..adapter.profiling import kv_state_reader
-from ..adapter.scheduler import has_prefill_work
+from ..adapter.request_views import has_prefill_work
 from ..adapter.steps import StepMonitor
 from ..bench.arms import STOCK, Arm
 from ..bench.runner import join_trace, read_jsonl

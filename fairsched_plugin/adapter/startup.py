@@ -1,0 +1,205 @@
+"""Start-up: the plugin's state on top of a vLLM scheduler, decided once.
+
+At import, which vLLM scheduler this is (``adapter.compat``: the release and the hooks it
+offers). When the scheduler is built: the validated config, the policy and its queues,
+the chunk rule (the latency model loaded and checked, alignment from the platform), the
+step monitor and its listeners, and the log lines that say what runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import vllm
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request
+
+from ..config import FairschedConfig, load_config
+from ..policies import AgingPolicy, AutoAlpha, PrefillRateEstimator, RequestView, make_policy
+from ..policies.chunk_rule import LatencyChunkRule
+from ..policies.decode_hold import decode_cap
+from ..predictor.memory import make_memory_provider
+from ..predictor.runtime import LatencyPredictor
+from .compat import check_scheduler_state, log_surface, wire
+from .profiling import StepProfiler, kv_state_reader
+from .queue import PolicyRequestQueue, PriorityLevelQueue
+from .steps import StepMonitor
+
+# A child of "vllm": start-up lines appear in vLLM's own log stream and format.
+logger = logging.getLogger("vllm.fairsched")
+
+VllmCompat = wire(Scheduler, Request, vllm.__version__)
+"""This vLLM's scheduler surface, decided once at import (adapter/compat.py)."""
+
+
+def _view_deadline(view: RequestView) -> float:
+    return view.deadline
+
+
+def _view_work(view: RequestView) -> int:
+    return view.remaining_prefill
+
+
+def per_engine_path(path: str, parallel_config: Any) -> str:
+    """``path`` with the data-parallel rank before its suffix when several engine cores
+    run (``trace.jsonl`` -> ``trace.dp1.jsonl``), so their files do not collide."""
+    if getattr(parallel_config, "data_parallel_size", 1) <= 1:
+        return path
+    rank = getattr(parallel_config, "data_parallel_rank", 0)
+    stem, dot, suffix = path.rpartition(".")
+    if not dot or "/" in suffix:
+        return f"{path}.dp{rank}"
+    return f"{stem}.dp{rank}.{suffix}"
+
+
+def vllm_config_of(args: tuple, kwargs: dict) -> Any:
+    """vLLM passes constructor arguments by keyword; accept the first positional too."""
+    return kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+
+
+class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
+    """Builds the plugin's state in ``__init__`` (part of
+    ``scheduler.FairSchedulingMixin``, which derives from it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # ``clock``: what "now" is for the policy (ages, deadlines) and the step monitor;
+        # the simulator passes its virtual clock, a server the wall clock.
+        self._clock: Callable[[], float] = kwargs.pop("clock", None) or time.time
+        vllm_config = vllm_config_of(args, kwargs)
+        config = self.fairsched_config = load_config(vllm_config.additional_config)
+        self.fairsched_policy = make_policy(config, epoch=self._clock())
+        super().__init__(*args, **kwargs)
+        check_scheduler_state(self)
+        log_surface(logger, VllmCompat, vllm.__version__)
+        policy = self.fairsched_policy
+        self._now = self._clock()
+        self._deadlines: dict[str, float] = {}
+        self._cached_prefix: dict[str, int] = {}
+        self._failures: dict[str, int] = {}
+        self._running_prefill_work = 0
+        self._by_priority = self.policy == SchedulingPolicy.PRIORITY
+        self._replays_prefix = bool(getattr(self, "prefix_replay_tokens", 0))
+        if not policy.follows_vllm_order:
+            self.waiting = self._make_queue()
+            self.kv_holding_waiting = self._make_queue()
+        self._prefill_caps: dict[str, int] | None = None
+        self._ahead: tuple[Request, int, int] | None = None
+        """The running prefill the last order check found ahead of every waiting
+        request, with the queues' change counts then (``_running_order_is_plan_order``)."""
+        # vLLM's own hook, bound once: the cap hook runs for every scheduled request.
+        # The plugin's override (``scheduler``) comes before this class in the MRO.
+        self._vllm_reserve = super()._reserve_prefill_lookahead
+        self._ranked = config.service == "ranked"
+        self._decodes_first = config.decodes_first
+        self._tokens_per_decode = 1 + self.num_spec_tokens
+        self._decode_cap = (
+            decode_cap(config.decode_share, self.max_num_scheduled_tokens,
+                       self._tokens_per_decode)
+            if config.decode_share > 0 else 0
+        )
+        self._hidden: list[Request] = []
+        self._max_tpot_s = config.decode_share_max_tpot_ms / 1000
+        self._decode_start: dict[str, tuple[float, int]] = {}
+        """Under a TPOT bound: when each running request was first seen decoding, and
+        its output tokens then."""
+        listeners = []
+        if policy.uses_deadlines:
+            listeners.append(self._observe_served)
+        self._auto_alpha: AutoAlpha | None = None
+        if isinstance(policy, AgingPolicy) and policy.auto_factor is not None:
+            self._auto_alpha = AutoAlpha(policy.auto_factor, PrefillRateEstimator())
+            listeners.append(self._calibrate_alpha)
+        self._chunk_rule = self._make_chunk_rule(config)
+        if self._chunk_rule is not None and self._chunk_rule.observes_steps:
+            listeners.append(self._chunk_rule.observe_step)
+        self._profiler: StepProfiler | None = None
+        parallel = vllm_config.parallel_config
+        if config.profile.path:
+            self._profiler = StepProfiler.for_scheduler(
+                self, config.profile, vllm_config, per_engine_path(config.profile.path, parallel))
+            listeners.append(self._profiler.on_step)
+        trace_path = per_engine_path(config.trace_path, parallel) if config.trace_path else None
+        self._steps = (
+            StepMonitor(trace_path, listeners,
+                        clock=None if self._clock is time.time else self._clock)
+            if trace_path or listeners
+            else None
+        )
+        self._log_active(vllm_config)
+
+    def _make_queue(self) -> PolicyRequestQueue | PriorityLevelQueue:
+        if self._by_priority:
+            return PriorityLevelQueue(self._make_level_queue)
+        return self._make_level_queue()
+
+    def _make_level_queue(self) -> PolicyRequestQueue:
+        """A queue that keeps each waiting request's view, taken when it enters: its key,
+        deadline and work, and a re-key, read that view. The plan builds fresh views
+        instead: vLLM can change a waiting request in place (a finished remote KV load
+        rewinds its computed tokens before admitting it), and the plan's bounds must be
+        exact while a heap key only orders."""
+        policy = self.fairsched_policy
+        if not policy.uses_deadlines:
+            return PolicyRequestQueue(policy.key, snapshot=self._view)
+        return PolicyRequestQueue(
+            policy.key,
+            deadline=_view_deadline,
+            clock=lambda: policy.overdue_cutoff(self._now),
+            work=_view_work,
+            snapshot=self._view,
+        )
+
+    def _make_chunk_rule(self, config: FairschedConfig) -> LatencyChunkRule | None:
+        """LPRS, APC and alignment, when any is on; the latency model is loaded and
+        checked now, so a missing or mismatched model stops start-up."""
+        from vllm.platforms import current_platform
+
+        align = config.lprs.align == "on" or (
+            config.lprs.align == "auto" and current_platform.device_type == "npu"
+        )
+        if not (config.lprs.enabled or config.apc.enabled or align):
+            return None
+        predictor = memory = None
+        if config.lprs.enabled:
+            memory = make_memory_provider(config.profile.memory, kv_state_reader(self))
+            predictor = LatencyPredictor.from_config(config.predictor, memory.name)
+        return LatencyChunkRule(config.lprs, config.apc, predictor, memory, self.block_size,
+                                align)
+
+    def _log_active(self, vllm_config: Any) -> None:
+        from vllm.platforms import current_platform
+
+        mode_is_async = isinstance(self, AsyncScheduler)
+        policy = self.fairsched_policy.describe()
+        if self._ranked:
+            policy += f", ranked service (max_batch_size={self.fairsched_config.max_batch_size})"
+        if self._decode_cap:
+            policy += (f", decodes held to {self._decode_cap} per step while prefill work "
+                       f"waits (decode_share={self.fairsched_config.decode_share:g})")
+            if self._max_tpot_s:
+                policy += (", none held beyond "
+                           f"{self.fairsched_config.decode_share_max_tpot_ms:g} ms per output "
+                           "token")
+        logger.info(
+            "fairsched: scheduler %s active with policy %s (vLLM %s, platform %s, "
+            "%s scheduling)",
+            type(self).__qualname__,
+            policy,
+            vllm.__version__,
+            current_platform.device_type,
+            "async" if mode_is_async else "sync",
+        )
+        wants_async = bool(vllm_config.scheduler_config.async_scheduling)
+        if wants_async != mode_is_async:
+            logger.warning(
+                "fairsched: vLLM runs with async_scheduling=%s but %s is the %s variant; "
+                "use --scheduler-cls fairsched_plugin.FairScheduler, which follows the mode",
+                wants_async,
+                type(self).__qualname__,
+                "async" if mode_is_async else "sync",
+            )
