@@ -23,11 +23,21 @@ ACTIVE_MARKER = "fairsched: scheduler"
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
-    demo = subparsers.add_parser("demo", help="serve the tiny model with the default policy and query it")
-    demo.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR)
-    demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="log directory")
-    demo.add_argument("--requests", type=int, default=8)
-    demo.add_argument("--max-tokens", type=int, default=32)
+    demo = subparsers.add_parser(
+        "demo", help="serve the tiny model with the default policy and query it",
+        description="Builds the tiny model if needed, starts a vLLM OpenAI server on it "
+                    "with --scheduler-cls fairsched_plugin.FairScheduler, streams a few "
+                    "ShareGPT prompts at once, prints each one's tokens, TTFT and "
+                    "end-to-end time and the plugin's start-up line, and stops the server. "
+                    "Exits 1 when the start-up line is missing or a completion is short.")
+    demo.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
+                      help="the tiny model's directory (built there if missing)")
+    demo.add_argument("--out", type=Path, default=Path("runs/demo"),
+                      help="directory for the server log")
+    demo.add_argument("--requests", type=int, default=8,
+                      help="prompts sent at once")
+    demo.add_argument("--max-tokens", type=int, default=32,
+                      help="tokens generated per prompt")
     demo.set_defaults(func=main)
 
 

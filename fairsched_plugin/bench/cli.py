@@ -30,8 +30,13 @@ from .workloads import (
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser(
-        "bench", help="replay workloads against a server per policy and write a report"
-    )
+        "bench", help="replay workloads against a server per policy and write a report",
+        description="For each arm (a policy and its settings, or stock vLLM), starts a "
+                    "vLLM OpenAI server, replays every case at its recorded arrival times "
+                    "as streamed completions, and stops it; arms are interleaved over "
+                    "--repeat rounds. Writes the cases, config.json and a report (TTFT, "
+                    "TPOT, end-to-end latency and throughput per arm, with plots) to --out. "
+                    "With --base-url it replays against a server already running instead.")
     bench.add_argument("--arms", "--policies", dest="arms", default="fcfs,aging",
                        help=ARMS_HELP)
     case = bench.add_mutually_exclusive_group(required=True)
@@ -41,30 +46,42 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                            + ", ".join(WORKLOADS))
     case.add_argument("--case", type=Path, help="replay this case file (JSONL)")
     add_trace_arguments(bench, case)
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--num-requests", type=int)
+    bench.add_argument("--seed", type=int, default=0,
+                       help="workload seed: arrivals and the pairs drawn")
+    bench.add_argument("--num-requests", type=int,
+                       help="requests per case (default: each workload's own; with --trace "
+                            "the window's size)")
     bench.add_argument("--rate-scale", type=_scales, default=[1.0], metavar="X[,X...]",
                        help="multiply every arrival rate (0.1 suits the CPU engine); "
                             "several values replay each workload at each load level")
-    bench.add_argument("--max-prompt-tokens", type=int)
-    bench.add_argument("--max-output-tokens", type=int)
+    bench.add_argument("--max-prompt-tokens", type=int,
+                       help="draw no pair with a longer prompt (default: no limit)")
+    bench.add_argument("--max-output-tokens", type=int,
+                       help="draw no pair with a longer response (default: no limit)")
     bench.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a workload parameter (JSON value)")
+                       help="override a workload parameter (JSON value; repeatable)")
     bench.add_argument("--repeat", type=int, default=1, help="interleaved repeats per arm")
-    bench.add_argument("--out", type=Path, default=Path("runs/bench"))
+    bench.add_argument("--out", type=Path, default=Path("runs/bench"),
+                       help="directory for the cases, server logs, runs and report")
     bench.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
                        help="model to serve (the tiny model is built here if missing)")
     bench.add_argument("--pool", type=Path,
                        help="ShareGPT pair pool (JSONL); built from --model-dir and saved "
                             "here if missing")
-    bench.add_argument("--max-num-batched-tokens", type=int, default=256)
-    bench.add_argument("--max-num-seqs", type=int, default=256)
-    bench.add_argument("--max-model-len", type=int, default=4096)
-    bench.add_argument("--dtype", default="float32")
+    bench.add_argument("--max-num-batched-tokens", type=int, default=256,
+                       help="vLLM's token budget per step (--max-num-batched-tokens)")
+    bench.add_argument("--max-num-seqs", type=int, default=256,
+                       help="vLLM's limit on running requests (--max-num-seqs)")
+    bench.add_argument("--max-model-len", type=int, default=4096,
+                       help="vLLM's context length (--max-model-len)")
+    bench.add_argument("--dtype", default="float32",
+                       help="vLLM's model dtype (--dtype); float32 suits the CPU engine")
     bench.add_argument("--service", choices=SERVICE_MODES,
-                       help="plugin service mode for every plugin arm (FAIRSCHED_SERVICE)")
+                       help="plugin service mode for every plugin arm (FAIRSCHED_SERVICE; "
+                            "default: the plugin's, budget)")
     bench.add_argument("--max-batch-size", type=int,
-                       help="requests served per step with --service ranked")
+                       help="requests served per step with --service ranked (default: the "
+                            "plugin's, 16)")
     bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="plugin config for every plugin arm, dotted key "
                             "(e.g. --set lprs.target_ms=30 --set predictor.path=m.onnx)")
@@ -78,7 +95,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                        help="after each replay, replay the same case with vLLM's own client "
                             "(vllm bench serve, Poisson at the case's mean rate) on the same "
                             "server, and report both")
-    bench.add_argument("--base-url", help="replay against this running server instead")
+    bench.add_argument("--base-url",
+                       help="replay against this running server instead (default: start "
+                            "one per arm)")
     bench.add_argument("--served-model", help="model name at --base-url (default: --model-dir)")
     bench.add_argument("--label", default="external", help="arm name for --base-url runs")
     add_pool_arguments(bench)

@@ -93,7 +93,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     profile = subparsers.add_parser(
         "profile",
         help="drive a server through varied traffic and record per-step latency samples",
-    )
+        description="Starts a vLLM server with the fcfs policy (vLLM's own order) and "
+                    "profile.path set, replays a cycle of phases (prompt-length mixes and "
+                    "arrival patterns from single requests to bursts, at x1, x0.5 and x2 "
+                    "rates) until the file has --samples rows (it may overshoot by one "
+                    "phase), and stops it. Each row is one step's features and measured "
+                    "time, what 'fairsched train' fits the latency predictor to. An "
+                    "existing profile of the same memory provider is resumed.")
     profile.add_argument("--out", type=Path, required=True,
                          help="the profile CSV (resumed if it exists)")
     profile.add_argument("--samples", type=int, required=True, help="steps to record")
@@ -108,13 +114,19 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                          help="requests per phase")
     profile.add_argument("--rate-scale", type=float, default=1.0,
                          help="multiply every phase's arrival rate (faster hardware: > 1)")
-    profile.add_argument("--max-prompt-tokens", type=int, default=2048)
-    profile.add_argument("--max-output-tokens", type=int, default=128)
-    profile.add_argument("--seed", type=int, default=0)
-    profile.add_argument("--max-num-batched-tokens", type=int, default=256)
-    profile.add_argument("--max-num-seqs", type=int, default=256)
-    profile.add_argument("--max-model-len", type=int, default=4096)
-    profile.add_argument("--dtype", default="float32")
+    profile.add_argument("--max-prompt-tokens", type=int, default=2048,
+                         help="draw no pair with a longer prompt")
+    profile.add_argument("--max-output-tokens", type=int, default=128,
+                         help="draw no pair with a longer response")
+    profile.add_argument("--seed", type=int, default=0, help="seed of the phases' traffic")
+    profile.add_argument("--max-num-batched-tokens", type=int, default=256,
+                         help="vLLM's token budget per step (--max-num-batched-tokens)")
+    profile.add_argument("--max-num-seqs", type=int, default=256,
+                         help="vLLM's limit on running requests (--max-num-seqs)")
+    profile.add_argument("--max-model-len", type=int, default=4096,
+                         help="vLLM's context length (--max-model-len)")
+    profile.add_argument("--dtype", default="float32",
+                         help="vLLM's model dtype (--dtype); float32 suits the CPU engine")
     profile.add_argument("--engine-arg", action="append", default=[],
                          help="extra vLLM argument, repeatable (e.g. --engine-arg=--enforce-eager)")
     profile.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")

@@ -214,7 +214,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser,
                              "burstiness kept); several values give one case each "
                              "(default: as recorded)")
     parser.add_argument("--trace-start", type=int, default=0, metavar="ROW",
-                        help="the window's first row (from 0; default 0)")
+                        help="the window's first row, counted from 0")
 
 
 def _rates(text: str) -> list[float]:

@@ -878,19 +878,36 @@ def case_summary(requests: Sequence[WorkloadRequest]) -> str:
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Register ``workload list|pool|build`` on a top-level argparse subparsers object."""
-    workload = subparsers.add_parser("workload", help="build benchmark workload cases")
+    workload = subparsers.add_parser(
+        "workload", help="list, build and export benchmark workload cases",
+        description="A case is one benchmark run's traffic: one request per line (JSONL) "
+                    "with its arrival offset, prompt and target output length. Named "
+                    "workloads are seeded generators over a ShareGPT pair pool; production "
+                    "traces are replayed as recorded.")
     commands = workload.add_subparsers(dest="workload_command", required=True)
 
-    listing = commands.add_parser("list", help="print every workload and its parameters")
+    listing = commands.add_parser(
+        "list", help="print every workload and its parameters",
+        description="Prints every named workload with its default parameters (the keys "
+                    "--param overrides).")
     listing.set_defaults(func=main_list)
 
-    pool = commands.add_parser("pool", help="build the ShareGPT pair pool and save it (JSONL)")
+    pool = commands.add_parser(
+        "pool", help="build the ShareGPT pair pool and save it (JSONL)",
+        description="Tokenizes ShareGPT's human-to-assistant pairs with the served "
+                    "model's tokenizer (pairs under four tokens on either side or over "
+                    "--pair-cap dropped, duplicates removed) and saves them, so that "
+                    "'workload build', bench and simulate reuse them with --pool instead "
+                    "of tokenizing again.")
     pool.add_argument("--model-dir", type=Path, required=True, help="model dir or tokenizer.json")
-    pool.add_argument("--out", type=Path, required=True)
+    pool.add_argument("--out", type=Path, required=True, help="the pool file to write (JSONL)")
     add_pool_arguments(pool)
     pool.set_defaults(func=main_pool)
 
-    build = commands.add_parser("build", help="write one workload case (JSONL)")
+    build = commands.add_parser(
+        "build", help="write one workload case (JSONL)",
+        description="Writes one case: a named workload drawn from a pair pool, or a "
+                    "window of a production trace.")
     what = build.add_mutually_exclusive_group(required=True)
     what.add_argument("--name", choices=list(WORKLOADS), help="a generated workload")
     from .traces import add_trace_arguments
@@ -902,9 +919,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                              "recorded lengths in this tokenizer; without, prompts stay empty, "
                              "which only the simulator replays)")
     source.add_argument("--pool", type=Path, help="a pool saved by 'workload pool'")
-    build.add_argument("--out", type=Path, required=True)
-    build.add_argument("--seed", type=int, default=0)
-    build.add_argument("--num-requests", type=int)
+    build.add_argument("--out", type=Path, required=True, help="the case file to write (JSONL)")
+    build.add_argument("--seed", type=int, default=0,
+                       help="seed of the arrivals and of the pairs drawn")
+    build.add_argument("--num-requests", type=int,
+                       help="requests in the case (default: the workload's own, see "
+                            "'workload list'; with --trace the window's size)")
     build.add_argument("--rate-scale", type=float, default=1.0,
                        help="multiply every arrival rate (about 0.1 for the tiny CPU engine)")
     build.add_argument("--max-prompt-tokens", type=int, help="draw no pair with a longer prompt")
@@ -916,20 +936,25 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     export = commands.add_parser(
         "export-vllm",
         help="write a case as vllm bench serve's custom dataset (prompt, output_tokens)",
-    )
-    export.add_argument("--case", type=Path, required=True)
+        description="Converts a case into the custom dataset 'vllm bench serve' reads: "
+                    "each request's prompt and output length; arrival times and tiers "
+                    "do not carry over (vLLM's client reads neither).")
+    export.add_argument("--case", type=Path, required=True, help="the case file (JSONL)")
     export.add_argument("--out", type=Path, required=True, help="a .jsonl file")
     export.set_defaults(func=main_export_vllm)
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("pool building (not with --pool)")
-    group.add_argument("--sharegpt", type=Path, help="ShareGPT JSON (default: packaged file)")
-    group.add_argument("--max-pairs", type=int, help="stop reading once this many pairs are kept")
+    group.add_argument("--sharegpt", type=Path,
+                       help="ShareGPT JSON (default: the packaged file)")
+    group.add_argument("--max-pairs", type=int,
+                       help="stop reading once this many pairs are kept (default: read all)")
     group.add_argument("--pair-cap", type=int, default=DEFAULT_MAX_TOKENS,
-                       help="drop pairs with more prompt or response tokens (default 4096)")
+                       help="drop pairs with more prompt or response tokens")
     group.add_argument("--tier-weights", type=_floats, metavar="W0,W1,...",
-                       help="assign seeded service tiers 0,1,... with these weights")
+                       help="assign seeded service tiers 0,1,... with these weights "
+                            "(default: every request in tier 0)")
 
 
 def _floats(text: str) -> list[float]:

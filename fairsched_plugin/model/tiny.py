@@ -278,15 +278,22 @@ def _write_json(path: Path, obj: dict[str, Any]) -> None:
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Register ``model tiny --out DIR`` on a top-level argparse subparsers object."""
-    model = subparsers.add_parser("model", help="build test models")
+    model = subparsers.add_parser(
+        "model", help="build test models",
+        description="Builds models for tests, the demo and CPU benchmarks.")
     model_commands = model.add_subparsers(dest="model_command", required=True)
     tiny = model_commands.add_parser(
-        "tiny", help="build the tiny random-weight Llama model used by tests and benchmarks"
-    )
+        "tiny", help="build the tiny random-weight Llama model used by tests and benchmarks",
+        description="Builds a small Llama model with random weights and a byte-level BPE "
+                    "tokenizer trained on the packaged ShareGPT conversations, for vLLM "
+                    "on CPU. The build is deterministic and skipped when --out already "
+                    "holds the same one; prints the model directory.")
     defaults = TinyModelParams()
     tiny.add_argument("--out", type=Path, required=True, help="model directory to (re)build")
-    tiny.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
-    tiny.add_argument("--seed", type=int, default=defaults.seed)
+    tiny.add_argument("--vocab-size", type=int, default=defaults.vocab_size,
+                      help="tokenizer and embedding vocabulary size")
+    tiny.add_argument("--seed", type=int, default=defaults.seed,
+                      help="seed of the random weights")
     tiny.add_argument(
         "--num-conversations",
         type=int,

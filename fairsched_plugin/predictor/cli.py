@@ -29,8 +29,12 @@ _DEFAULTS = DatasetConfig()
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Register ``train`` and ``eval-predictor``."""
     train = subparsers.add_parser(
-        "train", help="train the latency predictor on profiled steps and export it to ONNX"
-    )
+        "train", help="train the latency predictor on profiled steps and export it to ONNX",
+        description="Cleans, buckets and splits the profiled steps (train, validation, "
+                    "test), trains the MLP, exports it to ONNX for predictor.path, loads "
+                    "the exported file back through ONNX Runtime as the scheduler will, "
+                    "and evaluates that on the held-out test split. Needs the "
+                    "fairsched-plugin[predictor] extra (torch, onnx, onnxruntime).")
     _add_profile_argument(train)
     train.add_argument("--out", type=Path, required=True, help="the model file (.onnx)")
     train.add_argument("--report-dir", type=Path,
@@ -50,12 +54,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                       help="sample weight = bucket count ** -this (0: unweighted)")
     data.add_argument("--seed", type=int, default=0, help="split, sampling and training seed")
     model = train.add_argument_group("model and training (seed 000 Table 7 defaults)")
-    model.add_argument("--hidden-sizes", type=_ints, default=(128, 64, 32), metavar="H1,H2,...")
-    model.add_argument("--dropout", type=float, default=0.1)
-    model.add_argument("--lr", type=float, default=2e-3)
-    model.add_argument("--weight-decay", type=float, default=1e-3)
-    model.add_argument("--batch-size", type=int, default=256)
-    model.add_argument("--epochs", type=int, default=300)
+    model.add_argument("--hidden-sizes", type=_ints, default=(128, 64, 32), metavar="H1,H2,...",
+                       help="the MLP's hidden layer widths")
+    model.add_argument("--dropout", type=float, default=0.1, help="dropout after each hidden layer")
+    model.add_argument("--lr", type=float, default=2e-3, help="AdamW learning rate")
+    model.add_argument("--weight-decay", type=float, default=1e-3, help="AdamW weight decay")
+    model.add_argument("--batch-size", type=int, default=256, help="training mini-batch size")
+    model.add_argument("--epochs", type=int, default=300, help="at most this many epochs")
     model.add_argument("--patience", type=int, default=30,
                        help="stop after this many epochs without a better validation loss")
     model.add_argument("--under-weight", type=float, default=2.0,
@@ -64,13 +69,18 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                        help="Huber transition point (ms)")
     model.add_argument("--threads", type=int, default=1,
                        help="torch threads; this MLP gains nothing from more, and on a busy "
-                            "machine extra threads mostly wait on each other (default 1)")
+                            "machine extra threads mostly wait on each other")
     train.set_defaults(func=main_train)
 
     evaluate = subparsers.add_parser(
-        "eval-predictor", help="evaluate a latency model (.onnx) on profiled steps"
-    )
-    evaluate.add_argument("--model", type=Path, required=True)
+        "eval-predictor", help="evaluate a latency model (.onnx) on profiled steps",
+        description="Loads a latency model through ONNX Runtime as the scheduler does and "
+                    "compares its predictions with the measured step times of one or more "
+                    "profiles (for instance recorded later, or under other traffic); "
+                    "writes the accuracy metrics and plots to --out.")
+    evaluate.add_argument("--model", type=Path, required=True,
+                          help="the latency model to evaluate (.onnx, from 'fairsched train' "
+                               "or 'fairsched lprs-predictor')")
     _add_profile_argument(evaluate)
     evaluate.add_argument("--out", type=Path, required=True, help="report directory")
     _add_outlier_argument(evaluate)

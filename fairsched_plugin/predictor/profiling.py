@@ -44,17 +44,8 @@ class ProfileWriter:
     def __init__(self, path: str | Path, memory_provider: str, meta: Mapping[str, Any]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        resuming = self.path.exists() and self.path.stat().st_size > 0
-        if resuming:
-            _check_header(self.path)
-            existing = _read_meta(self.path)
-            if existing["memory_provider"] != memory_provider:
-                raise ProfileError(
-                    f"profile {self.path}: recorded with memory provider "
-                    f"{existing['memory_provider']!r}, cannot append rows measured with "
-                    f"{memory_provider!r}; use another file"
-                )
-        else:
+        resuming = check_resumable(self.path, memory_provider)
+        if not resuming:
             record = {
                 **meta,
                 "memory_provider": memory_provider,
@@ -75,6 +66,25 @@ class ProfileWriter:
 
     def close(self) -> None:
         self._file.close()
+
+
+def check_resumable(path: Path, memory_provider: str | None) -> bool:
+    """Whether ``path`` already holds rows, which a writer appends to. Raises
+    :class:`ProfileError` when they cannot be appended to: another header, a missing or
+    unreadable metadata file, or rows measured with another memory provider than
+    ``memory_provider`` (not compared when None: ``fairsched check-config`` has no engine
+    to ask which provider it reads)."""
+    if not (path.exists() and path.stat().st_size > 0):
+        return False
+    _check_header(path)
+    existing = _read_meta(path)
+    if memory_provider is not None and existing["memory_provider"] != memory_provider:
+        raise ProfileError(
+            f"profile {path}: recorded with memory provider "
+            f"{existing['memory_provider']!r}, cannot append rows measured with "
+            f"{memory_provider!r}; use another file"
+        )
+    return True
 
 
 def read_profile(

@@ -1,7 +1,7 @@
 """Serve a latency model with ONNX Runtime: one session, batched calls.
 
 Per step, LPRS scores its prefill candidates' chunk sizes in batched ``predict`` calls,
-usually one (two when the target binds anew; ``policies/plan.py``). The batch as
+usually one (two when the target binds anew; ``policies/chunk_rule.py``). The batch as
 dispatched, for the online bias and the guard, reuses the prediction of the row LPRS
 scored for it, and takes a single-row call of its own only when vLLM dispatched another.
 
@@ -127,7 +127,7 @@ def _broken_onnxruntime(exc: BaseException) -> PredictorError:
 
 class LatencyPredictor:
     """A loaded, checked latency model. ``predict`` scores many feature rows in one call;
-    LPRS sees it as a ``policies.plan.BatchLatencyModel``."""
+    LPRS sees it as a ``policies.chunk_rule.BatchLatencyModel``."""
 
     def __init__(self, session: ort.InferenceSession, path: Path, metadata: dict[str, Any]):
         self.path = path
@@ -187,9 +187,11 @@ class LatencyPredictor:
         return cls(session, path, metadata)
 
     @classmethod
-    def from_config(cls, predictor_config: Any, memory_provider_name: str) -> LatencyPredictor:
+    def from_config(cls, predictor_config: Any,
+                    memory_provider_name: str | None) -> LatencyPredictor:
         """Load the model ``fairsched_plugin.config.PredictorConfig`` describes, for an
-        engine reading memory with ``memory_provider_name``."""
+        engine reading memory with ``memory_provider_name`` (None: not known, so not
+        compared; ``fairsched check-config`` has no engine to ask)."""
         if not predictor_config.path:
             raise PredictorError("predictor.path is empty: no latency model configured")
         return cls.load(

@@ -126,11 +126,17 @@ def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     cap = subparsers.add_parser(
         "capacity", help="find the highest arrival rate stock vLLM keeps up with on a "
-                         "workload (simulated), to set loads against")
+                         "workload (simulated), to set loads against",
+        description="Replays the case at scaled arrival rates (its bursts kept) on "
+                    "simulated stock vLLM: the rate doubles from the case's own until stock "
+                    "falls behind (its backlog grows through the window), then bisects to "
+                    "--tolerance. Loads in the suite's reports are fractions of this "
+                    "capacity.")
     add_engine_arguments(cap)
     cap.add_argument("--tolerance", type=float, default=0.01,
-                     help="stop when the bracket is this close, relative (default 0.01)")
-    cap.add_argument("--out", type=Path, help="also write the probes as JSON here")
+                     help="stop when the bracket is this close, relative")
+    cap.add_argument("--out", type=Path,
+                     help="also write the probes as JSON here (default: print only)")
     cap.set_defaults(func=main)
 
 

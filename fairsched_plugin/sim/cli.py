@@ -53,20 +53,39 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     case.add_argument("--case", type=Path, help="replay this case file (JSONL)")
     add_trace_arguments(parser, case)
     parser.add_argument("--step-model", required=True, metavar="SPEC",
-                        help="onnx:PATH | analytic:ACCEL:MODEL[:field=value...] | "
-                             "linear:BASE_MS:PER_TOKEN_MS")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-requests", type=int)
-    parser.add_argument("--rate-scale", type=_scales, default=[1.0], metavar="X[,X...]")
-    parser.add_argument("--max-prompt-tokens", type=int)
-    parser.add_argument("--max-output-tokens", type=int)
-    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
+                        help="how long a step takes: onnx:PATH (a latency model from "
+                             "'fairsched train'), analytic:ACCEL:MODEL[:field=value...] (an "
+                             "accelerator preset and a model preset or config.json, "
+                             "field=value overriding an accelerator field, e.g. "
+                             "analytic:h100:qwen3-8b:step_overhead_s=0.002) or "
+                             "linear:BASE_MS:PER_TOKEN_MS[:DECODE_MS_PER_TOKEN] (a base "
+                             "plus a cost per scheduled token; decode tokens at their own "
+                             "cost when the third field is given)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="workload seed: arrivals and the pairs drawn (repeat r uses "
+                             "seed + r)")
+    parser.add_argument("--num-requests", type=int,
+                        help="requests per case (default: each workload's own; with --trace "
+                             "the window's size)")
+    parser.add_argument("--rate-scale", type=_scales, default=[1.0], metavar="X[,X...]",
+                        help="multiply every arrival rate; several values replay each "
+                             "workload at each load level")
+    parser.add_argument("--max-prompt-tokens", type=int,
+                        help="draw no pair with a longer prompt (default: no limit)")
+    parser.add_argument("--max-output-tokens", type=int,
+                        help="draw no pair with a longer response (default: no limit)")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a workload parameter (JSON value; repeatable)")
     parser.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
                         help="tokenizer for building a ShareGPT pool (not with --pool)")
-    parser.add_argument("--pool", type=Path, help="ShareGPT pair pool (JSONL)")
-    parser.add_argument("--max-num-batched-tokens", type=int, default=256)
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--pool", type=Path,
+                        help="ShareGPT pair pool (JSONL; default: built from --model-dir)")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=256,
+                        help="vLLM's token budget per step (--max-num-batched-tokens)")
+    parser.add_argument("--max-num-seqs", type=int, default=256,
+                        help="vLLM's limit on running requests (--max-num-seqs)")
+    parser.add_argument("--max-model-len", type=int, default=4096,
+                        help="vLLM's context length (--max-model-len)")
     parser.add_argument("--block-size", type=int, default=16,
                         help="KV block size (the CPU engine uses 128)")
     parser.add_argument("--kv-cache-tokens", type=int,
@@ -93,15 +112,22 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     sim = subparsers.add_parser(
         "simulate", help="bench's workloads, arms and report on vLLM's real scheduler with "
-                         "a virtual clock and a step-time model (no server)")
+                         "a virtual clock and a step-time model (no server)",
+        description="Runs bench's workloads and arms on vLLM's real scheduler classes, "
+                    "fed fake model outputs, on a virtual clock whose steps take what "
+                    "--step-model says; writes bench's report to --out. A simulation is "
+                    "deterministic: only --repeat's workload seeds vary.")
     sim.add_argument("--arms", "--policies", dest="arms", default="stock,fcfs,aging",
                      help=ARMS_HELP)
     sim.add_argument("--repeat", type=int, default=1,
                      help="workload seeds seed..seed+N-1 (a simulation itself never varies)")
-    sim.add_argument("--out", type=Path, default=Path("runs/simulate"))
+    sim.add_argument("--out", type=Path, default=Path("runs/simulate"),
+                     help="directory for the cases, runs and report")
     sim.add_argument("--no-trace", action="store_true",
                      help="keep no per-step trace (faster, less memory; no batch tables)")
-    sim.add_argument("--target-ms", type=float)
+    sim.add_argument("--target-ms", type=float,
+                     help="score every arm's step times against this latency target in ms "
+                          "(default: no target)")
     add_engine_arguments(sim)
     sim.set_defaults(func=main)
 

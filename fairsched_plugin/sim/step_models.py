@@ -137,4 +137,5 @@ def parse_step_model(spec: str) -> StepModel:
                               "linear:BASE_MS:PER_TOKEN_MS[:DECODE_MS_PER_TOKEN]")
         return LinearStepModel(*values)
     raise PresetError(f"unknown step model {spec!r}: use onnx:PATH, "
-                      "analytic:ACCEL:MODEL or linear:BASE_MS:PER_TOKEN_MS")
+                      "analytic:ACCEL:MODEL[:field=value...] or "
+                      "linear:BASE_MS:PER_TOKEN_MS[:DECODE_MS_PER_TOKEN]")

@@ -240,31 +240,45 @@ def _loads(text: str) -> tuple[float, ...]:
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     suite = subparsers.add_parser(
         "suite", help="every arm on production traces, GPU/NPU presets and loads set "
-                      "against stock's capacity, simulated; results, table and plots")
+                      "against stock's capacity, simulated; results, table and plots",
+        description="For each group (a scenario on a device with a model, in one "
+                    "scheduling mode, at vllm serve's defaults for that device) finds stock "
+                    "vLLM's capacity, then runs every arm at each load, a fraction of that "
+                    "capacity, on the same requests. Writes results.json, suite.md and "
+                    "plots to --out. Runs are deterministic: a rerun gives the same "
+                    "figures.")
     suite.add_argument("--quick", action="store_true",
                        help=f"the quick suite: azure-conv on H100 with Qwen3-8B, async, "
                             f"{QUICK.num_requests} requests, arms "
                             f"{','.join(QUICK.arms)} (about 4 minutes); default: the full "
                             "suite (19 groups, 665 runs: about 100 minutes on one core)")
     suite.add_argument("--scenarios", type=_names(list(SCENARIOS)),
-                       help=f"subset of {','.join(SCENARIOS)}")
+                       help=f"subset of {','.join(SCENARIOS)} {_default(lambda p: p.scenarios)}")
     suite.add_argument("--devices", type=_names(list(DEVICES)),
-                       help=f"subset of {','.join(DEVICES)}")
+                       help=f"subset of {','.join(DEVICES)} {_default(lambda p: p.devices)}")
     suite.add_argument("--models", type=_names(list(MODEL_CONFIGS)),
-                       help="subset of qwen3-8b,llama-3-8b (or other presets)")
+                       help="subset of qwen3-8b,llama-3-8b (or other presets) "
+                            + _default(lambda p: p.models))
     suite.add_argument("--modes", type=_names(["async", "sync"]),
-                       help="async (vLLM's default on these devices) and/or sync")
+                       help="async (vLLM's default on these devices) and/or sync "
+                            "(default: async, and the full suite also runs "
+                            + ", ".join("/".join(g) for g in FULL.sync_also) + " sync)")
     suite.add_argument("--loads", type=_loads,
                        help=f"fractions of stock's capacity (default {','.join(map(str, LOADS))})")
-    suite.add_argument("--arms", help="comma-separated arms (default: "
-                                      f"{','.join(ARMS)})")
+    suite.add_argument("--arms", help="comma-separated arms, stock always among them "
+                                      + _default(lambda p: p.arms))
     suite.add_argument("--num-requests", type=int,
                        help=f"requests per scenario (default {FULL.num_requests})")
     suite.add_argument("--out", type=Path, default=Path("runs/suite"),
-                       help="results.json, suite.md and plots/ go here (default runs/suite)")
+                       help="results.json, suite.md and plots/ go here")
     suite.add_argument("--render", action="store_true",
                        help="only render suite.md and plots from --out's results.json")
     suite.set_defaults(func=main)
+
+
+def _default(field: Callable[[Plan], tuple[str, ...]]) -> str:
+    """An option's default: the full suite's value, and the quick suite's."""
+    return f"(default: {','.join(field(FULL))}; with --quick {','.join(field(QUICK))})"
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:

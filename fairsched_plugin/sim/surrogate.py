@@ -124,8 +124,10 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                              "(qwen3-8b, llama-3-8b)")
     parser.add_argument("--max-num-batched-tokens", type=int, required=True,
                         help="the engine's token budget (vLLM's, as served)")
-    parser.add_argument("--max-num-seqs", type=int, required=True)
-    parser.add_argument("--max-model-len", type=int, required=True)
+    parser.add_argument("--max-num-seqs", type=int, required=True,
+                        help="the engine's limit on running requests (vLLM's, as served)")
+    parser.add_argument("--max-model-len", type=int, required=True,
+                        help="the engine's context length (vLLM's, as served)")
     parser.add_argument("--out", type=Path, required=True, help="the model file (.onnx)")
     parser.set_defaults(func=_main_cli)
 

@@ -161,19 +161,31 @@ def _plot(path: Path, base: Candidate, candidates: list[Candidate],
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "tune", help="search policies and settings on the simulator for a workload and a "
-                     "step-time model; print the frontier and the best config")
+                     "step-time model; print the frontier and the best config",
+        description="Simulates stock vLLM and every candidate arm on the same workload "
+                    "and picks the lowest median TTFT among the candidates within the "
+                    "limits below, relative to stock: P99 TTFT, mean end-to-end latency, "
+                    "output throughput and, optionally, the P99 time per output token. "
+                    "Prints the frontier and the winner's --additional-config JSON; a "
+                    "candidate is an arm spec, so the winner runs unchanged in bench.")
     parser.add_argument("--space", action="append", metavar="ARM",
                         help="candidate arm spec, {a,b} expands (repeatable; default: "
                              + "; ".join(DEFAULT_SPACE) + ")")
     parser.add_argument("--repeat", type=int, default=1, help="workload seeds per candidate")
-    parser.add_argument("--max-p99-ratio", type=float, default=1.1)
-    parser.add_argument("--max-e2e-ratio", type=float, default=1.0)
-    parser.add_argument("--min-throughput-ratio", type=float, default=0.95)
+    parser.add_argument("--max-p99-ratio", type=float, default=1.1,
+                        help="a candidate's P99 TTFT may be at most this ratio of stock's")
+    parser.add_argument("--max-e2e-ratio", type=float, default=1.0,
+                        help="a candidate's mean end-to-end latency may be at most this "
+                             "ratio of stock's")
+    parser.add_argument("--min-throughput-ratio", type=float, default=0.95,
+                        help="a candidate's output throughput must be at least this ratio "
+                             "of stock's")
     parser.add_argument("--max-tpot-ratio", type=float, default=None,
                         help="also cap the P99 request's time per output token at this "
                              "ratio of stock's (default: no cap; held decodes trade TPOT "
                              "for TTFT)")
-    parser.add_argument("--out", type=Path, default=Path("runs/tune"))
+    parser.add_argument("--out", type=Path, default=Path("runs/tune"),
+                        help="directory for the candidates' results and the frontier")
     add_engine_arguments(parser)
     parser.set_defaults(func=main)
 
