@@ -3,8 +3,8 @@
 A real-server A/B (``fairsched bench``) starts a fresh server per arm and repeat, so it
 affords three repeats of minutes each, and it mixes the engine's own speed with Poisson
 arrivals, the HTTP server and the client, all sharing two cores; at heavy load the plugin's
-arms decoded 10% slower than stock in some runs and not in others (``docs/results.md``, the
-A/A with and without the per-step trace). Here every arm is started once and kept: each
+arms decoded 10% slower than stock in some runs and not in others, a difference the
+``fcfs`` control showed too. Here every arm is started once and kept: each
 round hands every arm the whole case, arms in an order that rotates every round, only one
 arm working at a time, the prefix cache reset first, ``ignore_eos`` so each request
 decodes its case's output length. Three ways to serve it:

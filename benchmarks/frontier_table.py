@@ -15,7 +15,7 @@ median TTFT against its P99 TTFT as ratios to stock (typical repeat, bars for th
 with the target box.
 
     .venv/bin/python benchmarks/frontier_table.py runs/frontier-cpu/report.json \
-        --plot docs/frontier-sim/cpu.png
+        --plot runs/frontier-cpu/frontier.png
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 
 vLLM's scheduler with fake model outputs, each step taking ``--step-ms`` (a sleep), a
 256-token budget and a fake KV cache of 0.5 MiB, far outside the 2 GiB the CPU engine's
-model (``docs/predictor-cpu/model.onnx``) was profiled with: its memory features are out of
+model (``benchmarks/results/2026-11-30-predictor-cpu/model.onnx``) was profiled with: its memory features are out of
 range for every batch. Eight 500-token prompts, one output token each, FCFS, LPRS at a
 30 ms target with the online bias on as by default. Arms: the token-budget rule; LPRS with
 the model's training ranges stripped (unclamped, as models trained before ranges were
 recorded) and with them (clamped), each with the guard off and on (its defaults).
 
-    .venv/bin/python -m benchmarks.lprs_mismatch --model docs/predictor-cpu/model.onnx
+    .venv/bin/python -m benchmarks.lprs_mismatch --model benchmarks/results/2026-11-30-predictor-cpu/model.onnx
 """
 
 from __future__ import annotations

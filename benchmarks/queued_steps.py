@@ -2,7 +2,7 @@
 
 A prefill order cannot change the total work, but it changes how many decodes run while
 requests wait, and decode tokens come out of the same budget as the prefills that drain
-the queue (docs/results.md, "Why the tail moves"). For one case of a ``fairsched bench`` or
+the queue. For one case of a ``fairsched bench`` or
 ``fairsched simulate`` report this prints, per arm and repeat, over the steps that ran with
 requests waiting: decodes and prefill tokens per step, the mean step time, the prefill
 tokens per second of step time, and how far the steps ran above a linear step model fitted

@@ -1,12 +1,12 @@
 """Simulated vs real: the main job's workload and arms, simulated with a step model,
-against the real runs' report (docs/main/report.json.gz, 3 repeats per arm and load).
+against the real runs' report (benchmarks/results/2026-11-30-simulator-checks/real-engine/report.json.gz, 3 repeats per arm and load).
 
 Per arm and load: median and P99 TTFT, mean E2E and output throughput, the simulated
 value, the real mean and range over repeats, the error against the real mean and the real
 runs' own spread ((max - min) / mean); then whether the arms rank the same per metric.
 
     PYTHONPATH=. python benchmarks/sim_validation.py --sim runs/sim-main/report.json \
-        [--real docs/main/report.json.gz] [--markdown out.md]
+        [--real benchmarks/results/2026-11-30-simulator-checks/real-engine/report.json.gz] [--markdown out.md]
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def policy_effect(sim: dict[str, Any], real: dict[str, Any], categories: list[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sim", type=Path, required=True)
-    parser.add_argument("--real", type=Path, default=Path("docs/main/report.json.gz"))
+    parser.add_argument("--real", type=Path, default=Path("benchmarks/results/2026-11-30-simulator-checks/real-engine/report.json.gz"))
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     text = compare(read_report(args.sim), read_report(args.real))

@@ -6,7 +6,7 @@ tokens in bins of 16 and decode tokens in bins of 4, and prints the share of ste
 10 % of their own group's median time. Even a predictor that knew each shape's typical time
 exactly could not put more steps within 10 % of a target than this.
 
-    .venv/bin/python benchmarks/step_time_noise.py docs/predictor-cpu/profile.csv.gz
+    .venv/bin/python benchmarks/step_time_noise.py benchmarks/results/2026-11-30-predictor-cpu/profile.csv.gz
 """
 
 from __future__ import annotations

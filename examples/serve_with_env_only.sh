@@ -5,6 +5,6 @@
 set -euo pipefail
 model=${1:?usage: $0 MODEL [vLLM arguments...]}
 shift
-export FAIRSCHED_POLICY=aging
+export FAIRSCHED_POLICY=guarded-srpf   # the default policy
 export FAIRSCHED_CONFIG="$(dirname "$0")/fairsched.json"
 exec python -m vllm.entrypoints.openai.api_server --model "$model" "$@"

@@ -1,5 +1,5 @@
-"""Config keys are declared in the dataclasses and ``config.KEYS``, and the README's table
-is generated from them: none of the three may drift from the others."""
+"""Config keys are declared in the dataclasses and ``config.KEYS``, and the configuration
+page's table is generated from them: none of the three may drift from the others."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ def _script():
     return module
 
 
-def test_readme_table_is_the_generated_one():
+def test_config_page_table_is_the_generated_one():
     script = _script()
-    text = script.README.read_text(encoding="utf-8")
+    text = script.PAGE.read_text(encoding="utf-8")
     assert script.with_table(text) == text, "run scripts/config_table.py"
 
 

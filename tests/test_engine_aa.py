@@ -2,8 +2,8 @@
 
 The analysis is checked on planted rounds whose ratios are known; one slow test per mode
 (the engine alone with and without arrivals, a server with either client) runs two arms
-for two rounds on the tiny model (the benchmark's figures are in
-docs/engine-aa-s25)."""
+for two rounds on the tiny model (docs/benchmark.md says how to read
+the benchmark)."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def test_stock_and_fcfs_queue_alike_and_the_fit_explains_every_step(tmp_path: Pa
     assert rows[("fcfs", "1")] == rows[("stock", "1")]
     assert int(rows[("stock", "1")][0]) > 0
     # Shortest-first admits short prompts sooner: more decodes share each queued step's
-    # budget and the prefill rate that drains the queue falls (docs/results.md).
+    # budget and the prefill rate that drains the queue falls.
     stock, aging = rows[("stock", "1")], rows[("aging:alpha=1", "1")]
     assert float(aging[1]) > float(stock[1])
     assert float(aging[4].replace(",", "")) < float(stock[4].replace(",", ""))
