@@ -59,6 +59,9 @@ ARMS = {
     "auto": (FairScheduler, {"policy": "aging", "aging": {"alpha": "auto"}}),
     # The default with the JSON Lines trace (its path is set in main()).
     "traced": (FairScheduler, {"policy": DEFAULT}),
+    # Every arm above counts for the fairsched: metrics (on by default); these do not.
+    "fcfs-nometrics": (FairScheduler, {"policy": "fcfs", "metrics": {"enabled": False}}),
+    "default-nometrics": (FairScheduler, {"policy": DEFAULT, "metrics": {"enabled": False}}),
 }
 
 
@@ -150,6 +153,8 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp())
     model_dir = write_config_only_model(scratch / "model")
     ARMS["traced"][1]["trace_path"] = str(scratch / "trace.jsonl")
+    for _cls, config in ARMS.values():
+        config.setdefault("metrics", {}).setdefault("dir", str(scratch / "metrics"))
     arms = [name for name in ARMS if name != "stock"]
     timed = "one engine step" if args.full_step else "schedule() per call"
     print(f"{timed}, medians over {args.steps} interleaved steps of {args.instances} engines "

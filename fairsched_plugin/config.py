@@ -43,6 +43,7 @@ from .settings import (
     GuardedAgingConfig,
     GuardedSRPFConfig,
     LPRSConfig,
+    MetricsConfig,
     PredictorConfig,
     PreflowConfig,
     ProfileConfig,
@@ -99,6 +100,20 @@ def _non_negative(value: float) -> bool:
 
 def _one_of(names: tuple[str, ...]) -> tuple[str, Callable[[Any], bool]]:
     return "one of " + ", ".join(names), lambda v: v in names
+
+
+def parse_class_edges(text: str) -> tuple[int, int]:
+    """``metrics.class_edges`` as (short below, long above) prompt tokens."""
+    short, long = (int(part) for part in text.split(","))
+    return short, long
+
+
+def class_edges_valid(text: str) -> bool:
+    try:
+        short, long = parse_class_edges(text)
+    except ValueError:
+        return False
+    return 0 < short <= long
 
 
 def policy_names() -> tuple[str, ...]:
@@ -250,6 +265,22 @@ KEYS: tuple[_Key, ...] = (
     _Key("apc.max_deferred_steps", int,
          "an integer >= 1 (steps APC may hold one prefill back before it must progress)",
          lambda v: v >= 1),
+    _Key("metrics.enabled", bool,
+         "true or false (fairsched: series on vLLM's /metrics, by request class and tier)",
+         see="docs/observability.md"),
+    _Key("metrics.dir", str,
+         "a folder for the engines' metrics snapshots (empty: fairsched-metrics in the "
+         "system's temporary folder)"),
+    _Key("metrics.interval_s", float,
+         "a finite number > 0 (seconds between an engine's metrics snapshots, at most)",
+         _positive),
+    _Key("metrics.class_edges", str,
+         'two increasing prompt-token counts, "SHORT_BELOW,LONG_ABOVE" (short below the '
+         "first, long above the second)", class_edges_valid),
+    _Key("metrics.live_view", bool,
+         "true or false (serve GET /fairsched with the live queue; it describes the "
+         "traffic, and vLLM loads it only when VLLM_PLUGINS names fairsched)",
+         see="docs/observability.md"),
     _Key(
         "trace_path",
         str,

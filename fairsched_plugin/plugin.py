@@ -9,7 +9,9 @@ It also checks the plugin's configuration at launch, in the API server's process
 any model is loaded: vLLM builds its engine config there (``EngineArgs.create_engine_config``)
 after loading general plugins, so a bad key or value stops ``vllm serve`` within seconds,
 with the same message the scheduler would give once the engine had started (which it
-still does, for engines built without the API server).
+still does, for engines built without the API server). That process also serves
+``/metrics``, so with ``metrics.enabled`` the same hook registers the collector of the
+``fairsched:`` series there (``metrics.exporter``), once the launch's instance id is known.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import os
 
 from .config import ConfigError, load_config
+from .metrics.exporter import register_collector
 
 logger = logging.getLogger("vllm.fairsched")
 
@@ -58,7 +61,8 @@ def uses_fairsched(scheduler_cls: object) -> bool:
 
 def _check_config_at_launch() -> None:
     """Wrap ``EngineArgs.create_engine_config`` so that a launch that uses fairsched
-    validates its configuration first (fails with :class:`ConfigError`)."""
+    validates its configuration first (fails with :class:`ConfigError`) and, with
+    ``metrics.enabled``, serves its ``fairsched:`` series on ``/metrics``."""
     from vllm.engine.arg_utils import EngineArgs
 
     original = EngineArgs.create_engine_config
@@ -66,9 +70,13 @@ def _check_config_at_launch() -> None:
         return
 
     def create_engine_config(self: EngineArgs, *args: object, **kwargs: object):
-        if uses_fairsched(self.scheduler_cls):
-            load_config(self.additional_config)
-        return original(self, *args, **kwargs)
+        if not uses_fairsched(self.scheduler_cls):
+            return original(self, *args, **kwargs)
+        config = load_config(self.additional_config)
+        vllm_config = original(self, *args, **kwargs)
+        if config.metrics.enabled:
+            register_collector(vllm_config, config.metrics.dir)
+        return vllm_config
 
     create_engine_config._fairsched_checked = True  # type: ignore[attr-defined]
     EngineArgs.create_engine_config = create_engine_config

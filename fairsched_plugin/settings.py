@@ -138,6 +138,21 @@ class APCConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """The ``fairsched:`` series on vLLM's ``/metrics`` and the ``GET /fairsched`` view.
+
+    The engine core writes its counters to a snapshot file at most every ``interval_s``
+    (and when it falls idle), so the per-step work is counting only (``metrics.snapshot``
+    says why a file). Requests are classed by prompt tokens at ``class_edges``."""
+
+    enabled: bool = True
+    dir: str = ""
+    interval_s: float = 1.0
+    class_edges: str = "128,1024"
+    live_view: bool = False
+
+
+@dataclass(frozen=True)
 class FairschedConfig:
     """The whole ``fairsched`` section: the top-level keys and one field per section."""
 
@@ -159,4 +174,5 @@ class FairschedConfig:
     predictor: PredictorConfig = field(default_factory=PredictorConfig)
     lprs: LPRSConfig = field(default_factory=LPRSConfig)
     apc: APCConfig = field(default_factory=APCConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     trace_path: str = ""

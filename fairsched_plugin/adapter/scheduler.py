@@ -68,6 +68,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from .held_requests import HeldRequests
+from .metrics_hooks import MetricsHooks
 from .queue import PolicyRequestQueue, PriorityLevelQueue
 from .request_views import RequestViews, has_prefill_work, request_view
 from .startup import SchedulerStartUp, vllm_config_of
@@ -81,7 +82,7 @@ COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPE
 request's is not)."""
 
 
-class FairSchedulingMixin(StepTrace, HeldRequests, StepPlanning, RequestViews,
+class FairSchedulingMixin(StepTrace, MetricsHooks, HeldRequests, StepPlanning, RequestViews,
                           SchedulerStartUp):
     """Policy-ordered prefills for any vLLM ``Scheduler`` subclass (see module docstring)."""
 
@@ -146,6 +147,8 @@ class FairSchedulingMixin(StepTrace, HeldRequests, StepPlanning, RequestViews,
         super().add_request(request)
         if policy.tracks_service:
             policy.observe_arrival(request_view(request))
+        if self._metrics is not None:
+            self._metrics_on_arrival(request)
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         if request.status in COMPLETED:
@@ -155,7 +158,10 @@ class FairSchedulingMixin(StepTrace, HeldRequests, StepPlanning, RequestViews,
         self._deadlines.pop(request.request_id, None)
         self._cached_prefix.pop(request.request_id, None)
         self._decode_start.pop(request.request_id, None)
-        return super()._free_request(request, *args, **kwargs)
+        freed = super()._free_request(request, *args, **kwargs)
+        if self._metrics is not None:
+            self._metrics_on_free(request)
+        return freed
 
     def _reserve_prefill_lookahead(
         self, request: Request, num_computed_tokens: int, num_new_tokens: int

@@ -124,6 +124,8 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
                 self, config.profile, vllm_config, per_engine_path(config.profile.path, parallel))
             listeners.append(self._profiler.on_step)
         trace_path = per_engine_path(config.trace_path, parallel) if config.trace_path else None
+        self._start_metrics(vllm_config, self._policy_description(),
+                            listeners if trace_path or listeners else None)
         self._steps = (
             StepMonitor(trace_path, listeners,
                         clock=None if self._clock is time.time else self._clock)
@@ -171,10 +173,9 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
         return LatencyChunkRule(config.lprs, config.apc, predictor, memory, self.block_size,
                                 align)
 
-    def _log_active(self, vllm_config: Any) -> None:
-        from vllm.platforms import current_platform
-
-        mode_is_async = isinstance(self, AsyncScheduler)
+    def _policy_description(self) -> str:
+        """The policy and the service settings around it, as the start-up line and the
+        metrics' policy info give them."""
         policy = self.fairsched_policy.describe()
         if self._ranked:
             policy += f", ranked service (max_batch_size={self.fairsched_config.max_batch_size})"
@@ -185,6 +186,13 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
                 policy += (", none held beyond "
                            f"{self.fairsched_config.decode_share_max_tpot_ms:g} ms per output "
                            "token")
+        return policy
+
+    def _log_active(self, vllm_config: Any) -> None:
+        from vllm.platforms import current_platform
+
+        mode_is_async = isinstance(self, AsyncScheduler)
+        policy = self._policy_description()
         logger.info(
             "fairsched: scheduler %s active with policy %s (vLLM %s, platform %s, "
             "%s scheduling)",

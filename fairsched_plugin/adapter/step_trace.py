@@ -29,6 +29,8 @@ class StepTrace:
     scheduler built without it (vLLM's own tests build one with ``object.__new__``)."""
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        if self._metrics is not None:
+            self._metrics_on_schedule(scheduler_output)
         if self.fairsched_policy.tracks_service:
             for req_id, n in scheduler_output.num_scheduled_tokens.items():
                 self.fairsched_policy.observe_service(self.requests[req_id].priority, n)
@@ -96,7 +98,10 @@ class StepTrace:
                 self._steps.on_output(scheduler_output)
             except Exception:
                 self._degrade("the step trace and its listeners")
-        return super().update_from_output(scheduler_output, model_runner_output)
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        if self._metrics is not None:
+            self._metrics_after_output()
+        return outputs
 
     def shutdown(self) -> None:
         super().shutdown()

@@ -102,6 +102,10 @@ def make_arm_scheduler(
     the virtual clock."""
     plugin = arm.name != STOCK
     additional = arm_additional_config(arm, trace_path) if plugin else {}
+    if plugin:
+        # No server reads a simulated engine's metrics snapshot, and virtual seconds
+        # would have it rewritten many times per wall second.
+        additional["fairsched"].setdefault("metrics", {})["enabled"] = False
     model_config = ModelConfig(model=str(_model_dir(settings.max_model_len)), dtype="float32",
                                seed=0, skip_tokenizer_init=True)
     scheduler_config = SchedulerConfig(
