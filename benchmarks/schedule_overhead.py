@@ -149,10 +149,20 @@ def main() -> None:
                              "percent: layout, not decisions)")
     parser.add_argument("--full-step", action="store_true",
                         help="time schedule() plus update_from_output, not schedule() alone")
+    parser.add_argument("--arms", default=",".join(name for name in ARMS if name != "stock"),
+                        help="comma-separated arms to time against stock (default: all): "
+                             + ", ".join(ARMS))
     args = parser.parse_args()
+    chosen = args.arms.split(",")
+    unknown = sorted(set(chosen) - set(ARMS))
+    if unknown:
+        parser.error(f"no such arm: {', '.join(unknown)}")
+    for name in [name for name in ARMS if name != "stock" and name not in chosen]:
+        del ARMS[name]
     scratch = Path(tempfile.mkdtemp())
     model_dir = write_config_only_model(scratch / "model")
-    ARMS["traced"][1]["trace_path"] = str(scratch / "trace.jsonl")
+    if "traced" in ARMS:
+        ARMS["traced"][1]["trace_path"] = str(scratch / "trace.jsonl")
     for _cls, config in ARMS.values():
         config.setdefault("metrics", {}).setdefault("dir", str(scratch / "metrics"))
     arms = [name for name in ARMS if name != "stock"]

@@ -252,6 +252,13 @@ def read_metrics(base_url: str, wanted: tuple[str, ...]) -> dict[str, float]:
     return values
 
 
+def fairsched_engines(base_url: str) -> set[str]:
+    """The ``engine`` labels of the plugin's policy series on /metrics."""
+    with urllib.request.urlopen(base_url + "/metrics", timeout=30) as response:
+        text = response.read().decode()
+    return set(re.findall(r'^fairsched:policy_info\{[^}]*engine="([^"]+)"', text, re.MULTILINE))
+
+
 def scheduler_metrics(base_url: str) -> dict[str, float]:
     """Running and waiting requests and KV cache usage, summed over engines."""
     return read_metrics(base_url, (
@@ -360,7 +367,10 @@ def test_features_under_streaming_load_with_cancellations(
     with running_server(str(tiny_model), tmp_path / "server.log", args) as server:
         outcomes = exercise(server)
         check_server(server, outcomes)
+        engines = fairsched_engines(server.base_url)
         log = server.log_text()
+    # The fairsched: series come from every engine core, one label value each.
+    assert engines == {str(rank) for rank in range(dp)}
     active = re.findall(
         rf"fairsched: scheduler Fair(?:Sync)?Scheduler active with policy {re.escape(config['policy'])}",
         log,

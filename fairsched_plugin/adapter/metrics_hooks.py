@@ -60,6 +60,7 @@ class MetricsHooks:
         }
         self._metrics_interval = config.interval_s
         self._metrics_written = float("-inf")
+        self._metrics_idle = True
         if listeners is not None:
             listeners.append(self._record_step)
         self._write_metrics(self._clock())
@@ -100,21 +101,24 @@ class MetricsHooks:
     def _metrics_on_free(self, request: Request) -> None:
         try:
             self._metrics.on_finished(request.request_id)
-            if not self.running and not self.waiting and not self.kv_holding_waiting:
-                self._write_metrics(self._clock())
+            self._write_metrics_when_due(self._clock())
         except Exception:
             self._degrade("the metrics")
 
     def _metrics_after_output(self) -> None:
-        """After each step's output: write when the interval has passed or the engine
-        has nothing left to do."""
         try:
-            now = self._clock()
-            if (now - self._metrics_written >= self._metrics_interval
-                    or not (self.running or self.waiting or self.kv_holding_waiting)):
-                self._write_metrics(now)
+            self._write_metrics_when_due(self._clock())
         except Exception:
             self._degrade("the metrics")
+
+    def _write_metrics_when_due(self, now: float) -> None:
+        """Write when the interval has passed, or when the engine has just run out of
+        work (once: an idle engine core stops stepping, but a driver may not)."""
+        idle = not (self.running or self.waiting or self.kv_holding_waiting)
+        if now - self._metrics_written >= self._metrics_interval or (
+                idle and not self._metrics_idle):
+            self._write_metrics(now)
+        self._metrics_idle = idle
 
     def _record_step(self, record: dict[str, Any]) -> None:
         """Step listener (output back)."""

@@ -4,13 +4,13 @@ Pure bookkeeping, no vLLM: the adapter (``adapter.metrics_hooks``) reports arriv
 requests each step schedules for the first time, requests that finish before any step
 scheduled them, and the step records of the step monitor; :meth:`MetricsRecorder.snapshot`
 turns the counts into the document ``metrics.snapshot`` describes. Per step the work is a
-few dictionary and heap operations on the requests the step admits.
+few dictionary operations on the requests the step admits.
 """
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,8 @@ class _Pending:
     klass: str
     tier: str
     deadline: float | None
+    seq: int
+    """Order of arrival at the scheduler: vLLM's own first-come, first-served order."""
 
 
 class MetricsRecorder:
@@ -59,10 +61,10 @@ class MetricsRecorder:
 
     def __init__(self, class_edges: tuple[int, int]) -> None:
         self.short_below, self.long_above = class_edges
-        self._pending: dict[str, _Pending] = {}
-        self._arrivals: list[tuple[float, str]] = []
-        """A heap of (arrival, id) over pending requests, stale entries dropped lazily:
-        the earliest arrival still waiting, in O(log n) per admitted request."""
+        self._pending: OrderedDict[str, _Pending] = OrderedDict()
+        """Requests no step has scheduled yet, in the order they reached the scheduler:
+        the first is the earliest still waiting, in O(1)."""
+        self._arrived = 0
         self.queue_wait: dict[tuple[str, str], Histogram] = {}
         self.abandoned: dict[tuple[str, str], int] = {}
         self.reordered = 0
@@ -83,9 +85,9 @@ class MetricsRecorder:
 
     def on_arrival(self, req_id: str, arrival: float, prompt_tokens: int, priority: int,
                    deadline: float | None) -> None:
+        self._arrived += 1
         self._pending[req_id] = _Pending(arrival, self.request_class(prompt_tokens),
-                                         str(priority), deadline)
-        heapq.heappush(self._arrivals, (arrival, req_id))
+                                         str(priority), deadline, self._arrived)
 
     def on_scheduled(self, req_ids: list[str], now: float, served: float | None) -> None:
         """``req_ids``: the requests this step admitted; those seen for the first time
@@ -96,14 +98,14 @@ class MetricsRecorder:
                  if (p := self._pending.pop(req_id, None)) is not None]
         if not first:
             return
-        earliest_waiting = self._earliest_pending()
+        earliest_waiting = next(iter(self._pending.values())).seq if self._pending else None
         for _req_id, p in first:
             key = (p.klass, p.tier)
             histogram = self.queue_wait.get(key)
             if histogram is None:
                 histogram = self.queue_wait[key] = Histogram(WAIT_BUCKETS)
             histogram.observe(max(now - p.arrival, 0.0))
-            if earliest_waiting is not None and earliest_waiting < p.arrival:
+            if earliest_waiting is not None and earliest_waiting < p.seq:
                 self.reordered += 1
             if p.deadline is not None and served is not None and p.deadline < served:
                 self.overdue += 1
@@ -141,12 +143,6 @@ class MetricsRecorder:
     def count_step(self) -> None:
         """A step no monitor reported (the monitor is off for this policy)."""
         self.steps += 1
-
-    def _earliest_pending(self) -> float | None:
-        heap = self._arrivals
-        while heap and heap[0][1] not in self._pending:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
 
     def _passed_at(self, deadline: float) -> float:
         """When the served work reached ``deadline`` (the first step that took it there)."""
