@@ -37,6 +37,7 @@ SCHEDULER_MODULES = (
     "tests/test_queue.py",
     "tests/test_ascend.py",
     "tests/test_vllm_features.py",
+    "tests/test_metrics_recorder.py",
 )
 """The modules that drive vLLM's real scheduler with fake outputs (and the queue that
 implements vLLM's RequestQueue ABC)."""
