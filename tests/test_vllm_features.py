@@ -292,6 +292,11 @@ def test_files_per_engine_core_carry_the_data_parallel_rank():
     assert per_engine_path("runs/trace.jsonl", one) == "runs/trace.jsonl"
     assert per_engine_path("runs/trace.jsonl", two) == "runs/trace.dp1.jsonl"
     assert per_engine_path("runs.d/profile", two) == "runs.d/profile.dp1"
+    # A model without experts: vLLM makes every rank an independent size-1 group of
+    # rank 0 and keeps the rank in data_parallel_index.
+    independent = SimpleNamespace(data_parallel_size=1, data_parallel_rank=0,
+                                  data_parallel_index=1)
+    assert per_engine_path("runs/trace.jsonl", independent) == "runs/trace.dp1.jsonl"
 
 
 POLICIES = [AGING, {"policy": "guarded-srpf"}, {"policy": "spf"}, {"policy": "srtf"},

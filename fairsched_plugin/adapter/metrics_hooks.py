@@ -24,6 +24,7 @@ from ..config import KEYS, FairschedConfig, parse_class_edges
 from ..metrics.recorder import MetricsRecorder
 from ..metrics.snapshot import snapshot_path, write_snapshot
 from ..policies.aging import AgingPolicy
+from .startup import engine_index
 
 
 def _remove_at_exit(path: Path) -> None:
@@ -46,8 +47,7 @@ class MetricsHooks:
         if not config.enabled:
             return
         self._metrics = MetricsRecorder(parse_class_edges(config.class_edges))
-        parallel = vllm_config.parallel_config
-        engine = int(getattr(parallel, "data_parallel_rank", 0) or 0)
+        engine = engine_index(vllm_config.parallel_config)
         self._metrics_path = snapshot_path(config.dir, vllm_config.instance_id, engine)
         self._metrics_header = {
             "engine": engine,

@@ -45,12 +45,23 @@ def _view_work(view: RequestView) -> int:
     return view.remaining_prefill
 
 
+def engine_index(parallel_config: Any) -> int:
+    """This engine core's data-parallel rank. vLLM runs the ranks of a model without
+    experts as independent engines (``reconfigure_for_independent_dp_rank``: rank 0 of a
+    size-1 group each) and keeps the original rank in ``data_parallel_index``."""
+    index = getattr(parallel_config, "data_parallel_index", None)
+    if index is None:
+        index = getattr(parallel_config, "data_parallel_rank", 0)
+    return int(index or 0)
+
+
 def per_engine_path(path: str, parallel_config: Any) -> str:
     """``path`` with the data-parallel rank before its suffix when several engine cores
-    run (``trace.jsonl`` -> ``trace.dp1.jsonl``), so their files do not collide."""
-    if getattr(parallel_config, "data_parallel_size", 1) <= 1:
+    run (``trace.jsonl`` -> ``trace.dp1.jsonl``), so their files do not collide. Rank 0
+    of independent ranks keeps the plain name (it cannot tell it has peers)."""
+    rank = engine_index(parallel_config)
+    if getattr(parallel_config, "data_parallel_size", 1) <= 1 and rank == 0:
         return path
-    rank = getattr(parallel_config, "data_parallel_rank", 0)
     stem, dot, suffix = path.rpartition(".")
     if not dot or "/" in suffix:
         return f"{path}.dp{rank}"

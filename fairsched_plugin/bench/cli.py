@@ -14,6 +14,7 @@ from .arms import ARMS_HELP, parse_arms
 from .pairs import PairPool, load_tokenizer, read_pool, write_pool
 from .report import analyse_runs, render_markdown, write_report
 from .runner import EngineSettings, run_external, run_matrix
+from .server import add_engine_limit_arguments
 from .traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
 from .workloads import (
     WORKLOADS,
@@ -46,20 +47,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                            + ", ".join(WORKLOADS))
     case.add_argument("--case", type=Path, help="replay this case file (JSONL)")
     add_trace_arguments(bench, case)
-    bench.add_argument("--seed", type=int, default=0,
-                       help="workload seed: arrivals and the pairs drawn")
-    bench.add_argument("--num-requests", type=int,
-                       help="requests per case (default: each workload's own; with --trace "
-                            "the window's size)")
-    bench.add_argument("--rate-scale", type=_scales, default=[1.0], metavar="X[,X...]",
-                       help="multiply every arrival rate (0.1 suits the CPU engine); "
-                            "several values replay each workload at each load level")
-    bench.add_argument("--max-prompt-tokens", type=int,
-                       help="draw no pair with a longer prompt (default: no limit)")
-    bench.add_argument("--max-output-tokens", type=int,
-                       help="draw no pair with a longer response (default: no limit)")
-    bench.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a workload parameter (JSON value; repeatable)")
+    add_sampling_arguments(bench, seed_help="workload seed: arrivals and the pairs drawn",
+                           rate_help="(0.1 suits the CPU engine)")
     bench.add_argument("--repeat", type=int, default=1, help="interleaved repeats per arm")
     bench.add_argument("--out", type=Path, default=Path("runs/bench"),
                        help="directory for the cases, server logs, runs and report")
@@ -68,12 +57,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--pool", type=Path,
                        help="ShareGPT pair pool (JSONL); built from --model-dir and saved "
                             "here if missing")
-    bench.add_argument("--max-num-batched-tokens", type=int, default=256,
-                       help="vLLM's token budget per step (--max-num-batched-tokens)")
-    bench.add_argument("--max-num-seqs", type=int, default=256,
-                       help="vLLM's limit on running requests (--max-num-seqs)")
-    bench.add_argument("--max-model-len", type=int, default=4096,
-                       help="vLLM's context length (--max-model-len)")
+    add_engine_limit_arguments(bench)
     bench.add_argument("--dtype", default="float32",
                        help="vLLM's model dtype (--dtype); float32 suits the CPU engine")
     bench.add_argument("--service", choices=SERVICE_MODES,
@@ -136,6 +120,25 @@ def _workload_names(text: str) -> list[str]:
     if len(set(names)) != len(names):
         raise argparse.ArgumentTypeError(f"workloads must be distinct, got {names}")
     return names
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser, seed_help: str,
+                           rate_help: str = "") -> None:
+    """How a case is drawn from its workload: the options ``bench``, ``simulate`` and
+    ``tune`` share, so the same flags build the same cases everywhere."""
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--num-requests", type=int,
+                        help="requests per case (default: each workload's own; with --trace "
+                             "the window's size)")
+    parser.add_argument("--rate-scale", type=_scales, default=[1.0], metavar="X[,X...]",
+                        help=" ".join(filter(None, ["multiply every arrival rate", rate_help]))
+                             + "; several values replay each workload at each load level")
+    parser.add_argument("--max-prompt-tokens", type=int,
+                        help="draw no pair with a longer prompt (default: no limit)")
+    parser.add_argument("--max-output-tokens", type=int,
+                        help="draw no pair with a longer response (default: no limit)")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a workload parameter (JSON value; repeatable)")
 
 
 def _scales(text: str) -> list[float]:

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from ..config import MEMORY_PROVIDERS
 from ..predictor.profiling import read_profile
+from .server import add_engine_limit_arguments
 
 if TYPE_CHECKING:
     from .pairs import PairPool
@@ -119,12 +120,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     profile.add_argument("--max-output-tokens", type=int, default=128,
                          help="draw no pair with a longer response")
     profile.add_argument("--seed", type=int, default=0, help="seed of the phases' traffic")
-    profile.add_argument("--max-num-batched-tokens", type=int, default=256,
-                         help="vLLM's token budget per step (--max-num-batched-tokens)")
-    profile.add_argument("--max-num-seqs", type=int, default=256,
-                         help="vLLM's limit on running requests (--max-num-seqs)")
-    profile.add_argument("--max-model-len", type=int, default=4096,
-                         help="vLLM's context length (--max-model-len)")
+    add_engine_limit_arguments(profile)
     profile.add_argument("--dtype", default="float32",
                          help="vLLM's model dtype (--dtype); float32 suits the CPU engine")
     profile.add_argument("--engine-arg", action="append", default=[],

@@ -8,6 +8,7 @@ minutes to start an engine; the server is always stopped, also when the caller f
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -199,3 +200,14 @@ def run_until_exit(
 
 def _tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
+
+
+def add_engine_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    """vLLM's limits for the engine a command starts or simulates (``bench``,
+    ``profile``, ``simulate``, ``tune``); the defaults suit the project's CPU engine."""
+    parser.add_argument("--max-num-batched-tokens", type=int, default=256,
+                        help="vLLM's token budget per step (--max-num-batched-tokens)")
+    parser.add_argument("--max-num-seqs", type=int, default=256,
+                        help="vLLM's limit on running requests (--max-num-seqs)")
+    parser.add_argument("--max-model-len", type=int, default=4096,
+                        help="vLLM's context length (--max-model-len)")

@@ -15,8 +15,8 @@ from typing import Any
 
 from ..bench.arms import ARMS_HELP, parse_arms
 from ..bench.cli import (
-    _scales,
     _workload_names,
+    add_sampling_arguments,
     build_cases,
     load_pool,
     plugin_settings,
@@ -24,6 +24,7 @@ from ..bench.cli import (
     write_cases,
 )
 from ..bench.report import analyse_runs, render_markdown, write_report
+from ..bench.server import add_engine_limit_arguments
 from ..bench.traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
 from ..bench.workloads import (
     WORKLOADS,
@@ -61,31 +62,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                              "linear:BASE_MS:PER_TOKEN_MS[:DECODE_MS_PER_TOKEN] (a base "
                              "plus a cost per scheduled token; decode tokens at their own "
                              "cost when the third field is given)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="workload seed: arrivals and the pairs drawn (repeat r uses "
-                             "seed + r)")
-    parser.add_argument("--num-requests", type=int,
-                        help="requests per case (default: each workload's own; with --trace "
-                             "the window's size)")
-    parser.add_argument("--rate-scale", type=_scales, default=[1.0], metavar="X[,X...]",
-                        help="multiply every arrival rate; several values replay each "
-                             "workload at each load level")
-    parser.add_argument("--max-prompt-tokens", type=int,
-                        help="draw no pair with a longer prompt (default: no limit)")
-    parser.add_argument("--max-output-tokens", type=int,
-                        help="draw no pair with a longer response (default: no limit)")
-    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a workload parameter (JSON value; repeatable)")
+    add_sampling_arguments(parser, seed_help="workload seed: arrivals and the pairs drawn "
+                                             "(repeat r uses seed + r)")
     parser.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
                         help="tokenizer for building a ShareGPT pool (not with --pool)")
     parser.add_argument("--pool", type=Path,
                         help="ShareGPT pair pool (JSONL; default: built from --model-dir)")
-    parser.add_argument("--max-num-batched-tokens", type=int, default=256,
-                        help="vLLM's token budget per step (--max-num-batched-tokens)")
-    parser.add_argument("--max-num-seqs", type=int, default=256,
-                        help="vLLM's limit on running requests (--max-num-seqs)")
-    parser.add_argument("--max-model-len", type=int, default=4096,
-                        help="vLLM's context length (--max-model-len)")
+    add_engine_limit_arguments(parser)
     parser.add_argument("--block-size", type=int, default=16,
                         help="KV block size (the CPU engine uses 128)")
     parser.add_argument("--kv-cache-tokens", type=int,
