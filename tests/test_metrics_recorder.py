@@ -10,6 +10,7 @@ piece of the plugin's work counted by place.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -60,6 +61,7 @@ pytest.importorskip("vllm")
 
 from fairsched_plugin import FairScheduler  # noqa: E402
 from fairsched_plugin.sim.fake_engine import OfflineEngine, make_request, make_scheduler  # noqa: E402
+from linear_onnx import write_linear_model  # noqa: E402
 
 
 class Clock:
@@ -189,3 +191,35 @@ def test_metrics_off_writes_nothing(config_only_model, tmp_path):
     _run(engine, clock)
     assert not list(tmp_path.iterdir())
     assert json.dumps(engine.scheduler.fairsched_config.metrics.enabled) == "false"
+
+
+def test_lprs_fallbacks_prediction_error_and_apc_are_counted(config_only_model, tmp_path):
+    """A latency model 100x too high for steps of about 1 ms: LPRS's guard hands the steps
+    back to the token budget, and the snapshot says so, with the prediction error of every
+    measured batch and APC's decisions."""
+    model = write_linear_model(tmp_path / "high.onnx", base_ms=100.0, per_token_ms=0.05)
+    # The wall clock: the guard judges measured step times.
+    engine = _engine(config_only_model, tmp_path / "metrics", None, policy="fcfs",
+                     predictor={"path": str(model)},
+                     lprs={"enabled": True, "target_ms": 21.0, "granularity": 32,
+                           "correction": 0.0, "guard_window": 4},
+                     apc={"enabled": True})
+    engine.model_time_s = 0.001
+    engine.add([make_request("long", 2000, 2, time.time())])
+    engine.run_until_idle()
+    document = _snapshot(engine, tmp_path / "metrics")
+    lprs = document["lprs"]
+    assert lprs["fallback_steps"]["guard"] > 0 and lprs["fallback_steps"]["predictor_error"] == 0
+    assert sum(lprs["error"]["counts"]) > 0
+    assert lprs["error"]["sum"] / sum(lprs["error"]["counts"]) > 5  # predictions ~100x off
+    assert lprs["target_ms"] == 21.0
+    assert document["apc"]["accepted"] > 0
+
+
+def test_aging_reports_its_alpha(config_only_model, tmp_path):
+    clock = Clock()
+    engine = _engine(config_only_model, tmp_path, clock, policy="aging",
+                     aging={"alpha": 37.5})
+    assert _snapshot(engine, tmp_path)["alpha"] == 37.5
+    automatic = _engine(config_only_model, tmp_path / "auto", clock, policy="guarded-aging")
+    assert _snapshot(automatic, tmp_path / "auto")["alpha"] is None  # not measured yet
