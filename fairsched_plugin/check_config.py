@@ -31,6 +31,7 @@ from .config import (
     KEYS,
     ConfigError,
     FairschedConfig,
+    key_value,
     load_config,
 )
 from .policies.registry import make_policy
@@ -189,7 +190,7 @@ def _settings(config: FairschedConfig, additional_config: Mapping[str, Any] | No
     defaults = FairschedConfig()
     out = []
     for key in KEYS:
-        value, default = _value(config, key.path), _value(defaults, key.path)
+        value, default = key_value(config, key.path), key_value(defaults, key.path)
         if key.path != "policy" and value == default:
             continue
         if isinstance(section, Mapping) and _sets(section, key.path):
@@ -202,13 +203,6 @@ def _settings(config: FairschedConfig, additional_config: Mapping[str, Any] | No
             source = "default"
         out.append(Setting(key.path, value, source))
     return out
-
-
-def _value(config: FairschedConfig, path: str) -> Any:
-    value: Any = config
-    for part in path.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def _sets(section: Mapping[str, Any], path: str) -> bool:

@@ -323,6 +323,14 @@ def accepted_keys() -> str:
     return "\n".join(f"  {k.path} ({k.env_name}): {k.accepted}" for k in KEYS)
 
 
+def key_value(config: FairschedConfig, path: str) -> Any:
+    """The value of the dotted key ``path`` (``guarded_srpf.slack``) in ``config``."""
+    value: Any = config
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
 def markdown_table() -> str:
     """The README's configuration table: one row per key of :data:`KEYS` with its
     environment variable, default and accepted values (``scripts/config_table.py`` writes
@@ -330,9 +338,7 @@ def markdown_table() -> str:
     defaults = FairschedConfig()
     rows = ["| key | environment variable | default | accepted |", "|---|---|---|---|"]
     for key in KEYS:
-        default: Any = defaults
-        for part in key.path.split("."):
-            default = getattr(default, part)
+        default = key_value(defaults, key.path)
         accepted = _policy_summaries() if key.path == "policy" else key.accepted
         if key.see:
             accepted += f" ([{key.see.split('#')[0]}]({key.see}))"

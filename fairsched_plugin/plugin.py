@@ -20,7 +20,6 @@ import logging
 import os
 
 from .config import ConfigError, load_config
-from .metrics.exporter import register_collector
 
 logger = logging.getLogger("vllm.fairsched")
 
@@ -75,6 +74,8 @@ def _check_config_at_launch() -> None:
         config = load_config(self.additional_config)
         vllm_config = original(self, *args, **kwargs)
         if config.metrics.enabled:
+            from .metrics.exporter import register_collector
+
             register_collector(vllm_config, config.metrics.dir)
         return vllm_config
 

@@ -20,7 +20,7 @@ from typing import Any
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.request import Request
 
-from ..config import KEYS, FairschedConfig, parse_class_edges
+from ..config import KEYS, FairschedConfig, key_value, parse_class_edges
 from ..metrics.recorder import MetricsRecorder
 from ..metrics.snapshot import snapshot_path, write_snapshot
 from ..policies.aging import AgingPolicy
@@ -70,10 +70,8 @@ class MetricsHooks:
         defaults = FairschedConfig()
         out = {}
         for key in KEYS:
-            value, default = self.fairsched_config, defaults
-            for part in key.path.split("."):
-                value, default = getattr(value, part), getattr(default, part)
-            if value != default:
+            value = key_value(self.fairsched_config, key.path)
+            if value != key_value(defaults, key.path):
                 out[key.path] = str(value)
         return out
 

@@ -135,7 +135,8 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
                 self, config.profile, vllm_config, per_engine_path(config.profile.path, parallel))
             listeners.append(self._profiler.on_step)
         trace_path = per_engine_path(config.trace_path, parallel) if config.trace_path else None
-        self._start_metrics(vllm_config, self._policy_description(),
+        description = self._policy_description()
+        self._start_metrics(vllm_config, description,
                             listeners if trace_path or listeners else None)
         self._steps = (
             StepMonitor(trace_path, listeners,
@@ -143,7 +144,7 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
             if trace_path or listeners
             else None
         )
-        self._log_active(vllm_config)
+        self._log_active(vllm_config, description)
 
     def _make_queue(self) -> PolicyRequestQueue | PriorityLevelQueue:
         if self._by_priority:
@@ -199,11 +200,10 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
                            "token")
         return policy
 
-    def _log_active(self, vllm_config: Any) -> None:
+    def _log_active(self, vllm_config: Any, policy: str) -> None:
         from vllm.platforms import current_platform
 
         mode_is_async = isinstance(self, AsyncScheduler)
-        policy = self._policy_description()
         logger.info(
             "fairsched: scheduler %s active with policy %s (vLLM %s, platform %s, "
             "%s scheduling)",
