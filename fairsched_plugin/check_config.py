@@ -9,6 +9,10 @@ same functions, in that order, on the same inputs: the ``--additional-config`` J
 operator passes to ``vllm serve`` and this process's ``FAIRSCHED_*`` environment. A
 failure prints exactly the message start-up would stop with. Importing vLLM takes 20 s
 or more, so what needs vLLM's classes or a running engine is not checked (:data:`NOT_CHECKED`).
+
+One check is stricter than start-up: fairsched keys beside the ``fairsched`` object rather
+than in it. Start-up logs a warning and runs without them (refusing would stop a running
+deployment on an upgrade); this command, run before a restart, refuses them.
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ from .config import (
     ADDITIONAL_CONFIG_KEY,
     CONFIG_ENV,
     KEYS,
+    STRICT_VLLM_ENV,
     ConfigError,
     FairschedConfig,
+    accepted_keys,
     key_value,
     load_config,
+    misplaced_keys,
+    misplaced_message,
 )
 from .policies.registry import make_policy
 from .predictor.environment import vllm_version
@@ -42,13 +50,16 @@ from .predictor.runtime import LatencyPredictor, PredictorError
 VERB = "check-config"
 EXIT_OK = 0
 EXIT_REFUSED = 1
-"""Start-up would stop with the message printed."""
+"""Start-up would stop with the message printed, or would warn that it ignores fairsched
+keys outside the ``fairsched`` object and run without them."""
 EXIT_UNREADABLE = 2
 """This command could not read its own input (also argparse's status for a usage error)."""
 
 STARTUP_ERRORS = (ConfigError, PredictorError, ProfileError, UnsupportedVllmError)
 
 CHECKED = (
+    "fairsched keys beside the 'fairsched' object of --additional-config instead of in it "
+    "(start-up warns and ignores them; this command refuses them)",
     "every key, type and range, and the rules between keys (config.load_config), from "
     "FAIRSCHED_CONFIG, the FAIRSCHED_* variables and --additional-config, in start-up's "
     "order of precedence",
@@ -82,6 +93,11 @@ _LOGGER = "vllm.fairsched"
 class UnreadableInput(Exception):
     """This command's own input (``--additional-config`` or ``--file``) cannot be read: a
     problem with the command line, not a message start-up would give."""
+
+
+class MisplacedKeys(Exception):
+    """Fairsched keys outside the ``fairsched`` object: start-up's warning, which this
+    command turns into a refusal, since the launch would silently run without them."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +145,14 @@ def check(additional_config: Mapping[str, Any] | None, environ: Mapping[str, str
           origin: str = "--additional-config") -> Report:
     """Run start-up's checks in start-up's order; raise the first error start-up would
     raise (one of :data:`STARTUP_ERRORS`). ``origin`` names where ``additional_config``
-    came from in the report."""
+    came from in the report and the messages.
+
+    First, refuse (:class:`MisplacedKeys`) fairsched keys that start-up would ignore for
+    being outside the ``fairsched`` object: checked before ``load_config``, which would
+    only log the same message as a warning."""
+    misplaced = misplaced_keys(additional_config)
+    if misplaced:
+        raise MisplacedKeys(misplaced_message(origin, additional_config or {}, misplaced))
     config = load_config(additional_config, environ)
     check_ascend_scheduler_settings(additional_config)
     notes = [_vllm_release(environ)]
@@ -142,11 +165,6 @@ def check(additional_config: Mapping[str, Any] | None, environ: Mapping[str, str
     if config.profile.path and check_resumable(Path(config.profile.path), memory):
         notes.append(f"profile.path {config.profile.path}: start-up appends to the "
                      "profile there")
-    misplaced = _misplaced_keys(additional_config)
-    if misplaced:
-        notes.append(f"warning: {origin} has no {ADDITIONAL_CONFIG_KEY!r} object, so "
-                     f"start-up ignores {', '.join(misplaced)} there: fairsched's keys go "
-                     f'in {{"{ADDITIONAL_CONFIG_KEY}": {{...}}}}')
     return Report(_settings(config, additional_config, environ, origin), notes)
 
 
@@ -171,16 +189,6 @@ def _predictor_note(predictor: LatencyPredictor, memory: str | None,
         note += ("; start-up refuses it if the provider profile.memory=auto picks in the "
                  "engine is another one")
     return note
-
-
-def _misplaced_keys(additional_config: Mapping[str, Any] | None) -> list[str]:
-    """Top-level keys of ``additional_config`` that are fairsched's, when it has no
-    ``fairsched`` object: start-up ignores them without a word."""
-    if not additional_config or ADDITIONAL_CONFIG_KEY in additional_config:
-        return []
-    sections = {key.path.split(".")[0] for key in KEYS}
-    return [name for name in additional_config
-            if name.split(".")[0] in sections]
 
 
 def _settings(config: FairschedConfig, additional_config: Mapping[str, Any] | None,
@@ -234,8 +242,20 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
+def key_list() -> str:
+    """Every key with its variable and accepted values, then the two variables that are
+    not keys: what ``--list-keys`` prints, where an unknown name's message points."""
+    return (f"{accepted_keys()}\n"
+            f"  {CONFIG_ENV}: a JSON object with the keys above, inline or as a file path\n"
+            f"  {STRICT_VLLM_ENV}: 1 refuses a vLLM newer than the tested range (not a key)")
+
+
 def main(args: argparse.Namespace) -> int:
-    """Print the resolved settings (0), start-up's error (1) or what could not be read (2)."""
+    """Print the resolved settings (0), start-up's error or the misplaced keys (1), or
+    what could not be read (2); with ``--list-keys``, every accepted key (0)."""
+    if args.list_keys:
+        print(key_list())
+        return EXIT_OK
     try:
         if args.file is not None:
             additional, origin = read_file(args.file), f"--file {args.file}"
@@ -257,6 +277,10 @@ def main(args: argparse.Namespace) -> int:
         report = check(additional, os.environ, origin)
     except STARTUP_ERRORS as exc:
         print(exc, file=sys.stderr)
+        return EXIT_REFUSED
+    except MisplacedKeys as exc:
+        print(f"{exc}\nerror: fairsched {VERB} refuses these settings: start-up would "
+              "only log this warning and run without them", file=sys.stderr)
         return EXIT_REFUSED
     finally:
         logger.removeHandler(handler)
@@ -284,7 +308,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
             f"Not checked (they need vLLM's classes or the running engine):\n"
             f"{_bullets(NOT_CHECKED)}"),
         epilog=(f"Exit status: {EXIT_OK} start-up would accept the configuration; "
-                f"{EXIT_REFUSED} start-up would stop, with the message printed on stderr; "
+                f"{EXIT_REFUSED} start-up would stop, with the message printed on stderr, or "
+                "would ignore fairsched keys placed outside the 'fairsched' object; "
                 f"{EXIT_UNREADABLE} the command line or the --file could not be read."))
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
@@ -295,4 +320,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument(
         "--file", type=Path, metavar="PATH",
         help="a JSON file holding the same object as --additional-config (default: none)")
+    source.add_argument(
+        "--list-keys", action="store_true",
+        help="print every key, its FAIRSCHED_* variable and what it accepts, and exit")
     parser.set_defaults(func=main)

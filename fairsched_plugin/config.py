@@ -9,8 +9,11 @@ Sources, later ones overriding earlier ones key by key:
 4. ``--additional-config '{"fairsched": {...}}'``: the launch's own command line wins.
 
 Every key is checked: an unknown key, a wrong type or an out-of-range value raises
-:class:`ConfigError` naming the key, where it came from and what is accepted, so a typo
-stops start-up instead of silently running the default. Values given in code (tests,
+:class:`ConfigError` naming the key, where it came from and what is accepted (with the
+closest accepted names for a misspelt one), so a typo stops start-up instead of silently
+running the default. Fairsched's keys placed beside the ``fairsched`` object rather than
+in it cannot be refused the same way (vLLM's other components read their own keys there),
+so start-up warns about them (:func:`misplaced_keys`). Values given in code (tests,
 benchmarks, tools) go through :func:`from_values`, the same checks. This is the one place
 values are checked: the policies and the plan take them as validated.
 
@@ -20,10 +23,13 @@ sits above the policy registry (the ``policy`` key accepts its names) and re-exp
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import math
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 import typing
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
@@ -63,6 +69,11 @@ CANN_PRECISION_MODES = ("must_keep_origin_dtype", "force_fp32", "force_fp16",
 """The CANN execution provider's precision modes (ONNX Runtime 1.24); the first keeps the
 MLP in fp32, which its unnormalised interaction features need."""
 ALIGN_MODES = ("auto", "on", "off")
+KEY_LIST = "docs/configuration.md and from fairsched check-config --list-keys"
+"""Where every accepted key and variable is listed, for a name with no close match."""
+
+# A child of "vllm": the warning appears in vLLM's own log stream and format.
+logger = logging.getLogger("vllm.fairsched")
 
 
 class ConfigError(ValueError):
@@ -78,6 +89,8 @@ class _Key:
     check: Callable[[Any], bool] = lambda _value: True
     normalise: Callable[[Any], Any] = lambda value: value
     allow_auto: bool = False
+    choices: tuple[str, ...] = ()
+    """The accepted names of a key that takes one of a few, to suggest the closest."""
     see: str = ""
     """A docs page (relative to the repository root) the README's table links to."""
 
@@ -98,8 +111,10 @@ def _non_negative(value: float) -> bool:
     return _finite(value) and value >= 0
 
 
-def _one_of(names: tuple[str, ...]) -> tuple[str, Callable[[Any], bool]]:
-    return "one of " + ", ".join(names), lambda v: v in names
+def _one_of(names: tuple[str, ...]) -> dict[str, Any]:
+    """A :class:`_Key`'s ``accepted``, ``check`` and ``choices`` for one name of ``names``."""
+    return {"accepted": "one of " + ", ".join(names), "check": lambda v: v in names,
+            "choices": names}
 
 
 def parse_class_edges(text: str) -> tuple[int, int]:
@@ -122,7 +137,7 @@ def policy_names() -> tuple[str, ...]:
 
 
 KEYS: tuple[_Key, ...] = (
-    _Key("policy", str, *_one_of(policy_names()), normalise=str.lower,
+    _Key("policy", str, **_one_of(policy_names()), normalise=str.lower,
          see="docs/policies.md"),
     _Key(
         "service",
@@ -215,13 +230,13 @@ KEYS: tuple[_Key, ...] = (
          _non_negative),
     _Key("profile.path", str,
          "a file path for the per-step predictor profile, CSV (empty: no profiling)"),
-    _Key("profile.memory", str, *_one_of(MEMORY_PROVIDERS), normalise=str.lower),
+    _Key("profile.memory", str, **_one_of(MEMORY_PROVIDERS), normalise=str.lower),
     _Key("predictor.path", str, "the path of an ONNX latency model (empty: none)",
          see="docs/predictor.md"),
-    _Key("predictor.provider", str, *_one_of(PREDICTOR_PROVIDERS), normalise=str.lower),
+    _Key("predictor.provider", str, **_one_of(PREDICTOR_PROVIDERS), normalise=str.lower),
     _Key("predictor.device_id", int, "an integer >= 0 (CUDA or NPU device index)",
          lambda v: v >= 0),
-    _Key("predictor.precision_mode", str, *_one_of(CANN_PRECISION_MODES),
+    _Key("predictor.precision_mode", str, **_one_of(CANN_PRECISION_MODES),
          normalise=str.lower, see="docs/ascend.md"),
     _Key("predictor.threads", int, "an integer >= 1 (ONNX Runtime intra-op threads)",
          lambda v: v >= 1),
@@ -289,14 +304,32 @@ KEYS: tuple[_Key, ...] = (
 )
 _BY_PATH = {key.path: key for key in KEYS}
 _BY_ENV = {key.env_name: key for key in KEYS}
+_SECTIONS = {key.path.split(".")[0] for key in KEYS if "." in key.path}
+_NAMES = {key.path for key in KEYS} | _SECTIONS
+"""Every name the ``fairsched`` object accepts: dotted keys and section names."""
+_TOP_NAMES = {name for name in _NAMES if "." not in name}
+_LEAVES = {name.rsplit(".", 1)[-1] for name in _NAMES}
+_VARIABLES = (*_BY_ENV, CONFIG_ENV, STRICT_VLLM_ENV)
+_CLOSE = 0.7
+"""``difflib`` similarity a name needs to be suggested: at 0.6, its default, a key such
+as ``lprs.targt_ms`` also drew unrelated ones from its section (``lprs.align``)."""
+_WRAPPER = re.compile(r"fair[-_. ]?sched(?:[-_. ](?P<rest>.*))?", re.IGNORECASE | re.DOTALL)
+"""``fairsched`` in another spelling (``Fairsched``, ``fair_sched``), alone or as the
+prefix of a key (``fairsched_policy``, ``fairsched.lprs``)."""
 
 
 def load_config(
     additional_config: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> FairschedConfig:
-    """Merge and validate every source (see the module docstring)."""
+    """Merge and validate every source (see the module docstring). Fairsched keys beside
+    the ``fairsched`` object are logged as a warning and left out, not refused: a
+    deployment that started with them must still start after an upgrade."""
     environ = os.environ if environ is None else environ
+    misplaced = misplaced_keys(additional_config)
+    if misplaced:
+        logger.warning(misplaced_message("--additional-config", additional_config or {},
+                                         misplaced))
     values: dict[str, Any] = {}
     if CONFIG_ENV in environ:
         values.update(_flatten(_read_json_source(environ[CONFIG_ENV]), CONFIG_ENV))
@@ -308,6 +341,77 @@ def load_config(
             raise ConfigError(f"{source} must be a JSON object, got {section!r}")
         values.update(_flatten(section, source))
     return _build(values)
+
+
+def misplaced_keys(additional_config: Mapping[str, Any] | None) -> dict[str, str]:
+    """The top-level keys of ``additional_config`` that hold fairsched settings outside
+    the ``fairsched`` object, each mapped to its name inside that object (``""`` for a
+    misspelt ``fairsched`` whose value is the object itself).
+
+    vLLM hands ``--additional-config`` to every component (vLLM-Ascend reads its own keys
+    there), so a key the plugin does not know is not an error; but start-up reads only
+    ``fairsched``, so a key named like one of its keys or sections (``policy``, ``lprs``,
+    ``lprs.target_ms``, ``lprs_target_ms``, in any case) or like the object itself
+    (``Fairsched``, ``fairsched_policy``, ``fairsched.policy``) would be ignored without a
+    word and the launch would run the defaults. Start-up warns about these keys and
+    ``fairsched check-config`` refuses them: both ask this function."""
+    out: dict[str, str] = {}
+    for name, value in (additional_config or {}).items():
+        if not isinstance(name, str) or name == ADDITIONAL_CONFIG_KEY:
+            continue
+        wrapper = _WRAPPER.fullmatch(name)
+        if wrapper:
+            rest = wrapper["rest"] or ""
+            inner = _own_name(rest)
+            if inner is None:
+                # ``Fairsched: {...}`` or ``fairsched_config: {...}``: the object itself
+                # under another name; an unknown ``fairsched_foo: 1`` keeps ``foo``, which
+                # the object's own check then refuses with the closest names.
+                inner = "" if not rest or isinstance(value, Mapping) else rest
+            out[name] = inner
+        elif (inner := _own_name(name)) is not None:
+            out[name] = inner
+    return out
+
+
+def _own_name(name: str) -> str | None:
+    """``name`` as the ``fairsched`` object spells it, if it is one of its keys or
+    sections there (dotted or not, in any case, or in the variables' underscore form)."""
+    lower = name.lower()
+    if lower.split(".")[0] in _TOP_NAMES:
+        return lower
+    key = _BY_ENV.get(ENV_PREFIX + lower.replace(".", "_").upper())
+    return None if key is None else key.path
+
+
+def corrected_additional_config(additional_config: Mapping[str, Any],
+                                misplaced: Mapping[str, str]) -> dict[str, Any]:
+    """``additional_config`` with the ``misplaced`` keys moved into its ``fairsched``
+    object, under their names there; a key the object already sets keeps its value
+    there, as start-up would have used it."""
+    given = additional_config.get(ADDITIONAL_CONFIG_KEY)
+    section = dict(given) if isinstance(given, Mapping) else {}
+    out = {name: value for name, value in additional_config.items()
+           if name not in misplaced and name != ADDITIONAL_CONFIG_KEY}
+    for name, inner in misplaced.items():
+        value = additional_config[name]
+        moved = dict(value) if inner == "" and isinstance(value, Mapping) else {inner: value}
+        for key, item in moved.items():
+            section.setdefault(key, item)
+    out[ADDITIONAL_CONFIG_KEY] = section
+    return out
+
+
+def misplaced_message(origin: str, additional_config: Mapping[str, Any],
+                      misplaced: Mapping[str, str]) -> str:
+    """What start-up logs, and check-config prints, about the ``misplaced`` keys of
+    ``additional_config`` (from ``origin``): each key, and the whole corrected JSON to
+    paste in its place."""
+    fixed = json.dumps(corrected_additional_config(additional_config, misplaced),
+                       default=repr)
+    return (f"fairsched: {origin} has fairsched settings outside its "
+            f"{ADDITIONAL_CONFIG_KEY!r} object: {', '.join(map(repr, misplaced))}. Start-up "
+            f"reads only that object and ignores them; put them under it: {fixed}")
 
 
 def from_values(section: Mapping[str, Any]) -> FairschedConfig:
@@ -395,10 +499,8 @@ def _flatten(section: Mapping[str, Any], source: str | None,
             raise ConfigError(
                 f"fairsched config: {path!r}{_in(source)} must be a JSON object")
         if key is None:
-            raise ConfigError(
-                f"fairsched config: unknown key {path!r}{_in(source)}; accepted keys:\n"
-                + accepted_keys()
-            )
+            raise ConfigError(f"fairsched config: unknown key {path!r}{_in(source)}; "
+                              + _suggestion(map(repr, _close_keys(path))))
         out[path] = _coerce(key, value, source)
     return out
 
@@ -410,14 +512,48 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             continue
         key = _BY_ENV.get(name)
         if key is None:
-            raise ConfigError(
-                f"fairsched config: unknown environment variable {name}; accepted:\n"
-                + accepted_keys()
-                + f"\n  (and {CONFIG_ENV}: a JSON object or a path to one; "
-                f"{STRICT_VLLM_ENV}=1: refuse a vLLM newer than the tested range)"
-            )
+            raise ConfigError(f"fairsched config: unknown environment variable {name}; "
+                              + _suggestion(_close_variables(name)))
         out[key.path] = _coerce(key, text, name)
     return out
+
+
+def _close_keys(path: str) -> list[str]:
+    """The accepted names closest to the unknown dotted key ``path``: by the whole name
+    (``lprs.targt_ms``), else by its last part alone, which finds a key nested under the
+    wrong section or under none (``targt_ms`` -> ``lprs.target_ms``)."""
+    close = difflib.get_close_matches(path, _NAMES, n=3, cutoff=_CLOSE)
+    if close:
+        return close
+    leaves = difflib.get_close_matches(path.rsplit(".", 1)[-1], _LEAVES, n=3, cutoff=_CLOSE)
+    return sorted(name for name in _NAMES if name.rsplit(".", 1)[-1] in leaves)[:3]
+
+
+def _close_variables(name: str) -> list[str]:
+    """The accepted ``FAIRSCHED_*`` variables closest to the unknown ``name``, compared
+    without the prefix they all share (which would make every one look close)."""
+    rest = {variable[len(ENV_PREFIX):]: variable for variable in _VARIABLES}
+    close = difflib.get_close_matches(name[len(ENV_PREFIX):], rest, n=3, cutoff=_CLOSE)
+    return [rest[match] for match in close]
+
+
+def _suggestion(close: Iterable[str]) -> str:
+    """The end of an unknown name's message: the closest accepted names, or where the
+    list of them is. The list itself (57 keys) would bury the one line that matters."""
+    names = list(close)
+    if names:
+        return f"did you mean {' or '.join(names)}?"
+    return f"no accepted name is close to it; the list is in {KEY_LIST}"
+
+
+def _close_choice(key: _Key, value: Any) -> str:
+    """For a key that takes one of a few names: the closest to the refused ``value``, at
+    difflib's default similarity (one wrong letter of a three-letter name, ``sjf``, is
+    below :data:`_CLOSE`)."""
+    if not key.choices or not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, key.choices, n=2)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 def _in(source: str | None) -> str:
@@ -458,7 +594,7 @@ def _coerce(key: _Key, value: Any, source: str | None) -> Any:
     if not key.check(result):
         raise ConfigError(
             f"fairsched config: {key.path}{_from(source)} must be {key.accepted}; "
-            f"got {value!r}"
+            f"got {value!r}" + _close_choice(key, result)
         )
     return result
 

@@ -4,6 +4,7 @@ the ones start-up's own functions raise for the same input, and vLLM never impor
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from fairsched_plugin.adapter.ascend import check_ascend_scheduler_settings
 from fairsched_plugin.check_config import EXIT_OK, EXIT_REFUSED, EXIT_UNREADABLE
-from fairsched_plugin.config import ConfigError, load_config
+from fairsched_plugin.config import KEYS, ConfigError, FairschedConfig, load_config
 from fairsched_plugin.predictor.profiling import ProfileError, ProfileWriter
 from fairsched_plugin.predictor.runtime import LatencyPredictor, PredictorError
 
@@ -95,6 +96,35 @@ def test_unknown_key():
     refused(run("--additional-config", json.dumps(additional)), startup_message(additional))
 
 
+def test_a_near_miss_gets_the_key_it_meant_in_a_short_message():
+    additional = {"fairsched": {"lprs": {"targt_ms": 30}}}
+    result = run("--additional-config", json.dumps(additional))
+    refused(result, startup_message(additional))
+    assert "unknown key 'lprs.targt_ms'" in result.stderr
+    assert "did you mean 'lprs.target_ms'?" in result.stderr
+    assert len(result.stderr.splitlines()) < 5
+
+
+def test_an_unknown_key_with_no_close_match_says_where_the_list_is():
+    additional = {"fairsched": {"zzz_unrelated": 1}}
+    result = run("--additional-config", json.dumps(additional))
+    refused(result, startup_message(additional))
+    assert "did you mean" not in result.stderr
+    assert "docs/configuration.md" in result.stderr
+    assert "fairsched check-config --list-keys" in result.stderr
+    assert len(result.stderr.splitlines()) < 5
+
+
+def test_list_keys_prints_every_key_and_variable():
+    result = run("--list-keys")
+    assert result.returncode == EXIT_OK, result
+    assert result.stderr == ""
+    for key in KEYS:
+        assert f"  {key.path} ({key.env_name}): " in result.stdout
+    assert "FAIRSCHED_CONFIG: " in result.stdout
+    assert "FAIRSCHED_STRICT_VLLM: " in result.stdout
+
+
 def test_wrong_type():
     additional = {"fairsched": {"aging": {"alpha": "fast"}}}
     refused(run("--additional-config", json.dumps(additional)), startup_message(additional))
@@ -128,7 +158,9 @@ def test_bad_environment_variable():
     env = {"FAIRSCHED_AGING_ALPHA": "abc"}
     refused(run(env=env), startup_message(None, **env))
     env = {"FAIRSCHED_AGNG_ALPHA": "2"}
-    refused(run(env=env), startup_message(None, **env))
+    result = run(env=env)
+    refused(result, startup_message(None, **env))
+    assert "did you mean FAIRSCHED_AGING_ALPHA?" in result.stderr
 
 
 def test_file_input(tmp_path):
@@ -169,11 +201,72 @@ def test_bad_fairsched_config_variable_is_start_ups_error(tmp_path):
     refused(run(env=env), startup_message(None, **env))
 
 
-def test_keys_outside_the_fairsched_object_are_flagged():
+def misplaced(result: Result, key: str, corrected: dict) -> None:
+    """Refused for ``key`` outside the ``fairsched`` object, with the JSON to use."""
+    assert result.returncode == EXIT_REFUSED, result
+    assert result.stdout == ""
+    assert f"outside its 'fairsched' object: {key!r}." in result.stderr
+    assert f"put them under it: {json.dumps(corrected)}\n" in result.stderr
+    assert len(result.stderr.splitlines()) == 2
+
+
+def test_fairsched_keys_without_the_fairsched_object_are_refused():
     result = run("--additional-config", json.dumps({"policy": "aging"}))
+    misplaced(result, "policy", {"fairsched": {"policy": "aging"}})
+
+
+def test_a_section_outside_the_fairsched_object_is_refused_with_other_keys_kept():
+    additional = {"lprs": {"target_ms": 30}, "fairsched": {"policy": "aging"},
+                  "ascend_scheduler_config": {"enabled": False}}
+    result = run("--additional-config", json.dumps(additional))
+    misplaced(result, "lprs", {"ascend_scheduler_config": {"enabled": False},
+                               "fairsched": {"policy": "aging", "lprs": {"target_ms": 30}}})
+
+
+@pytest.mark.parametrize("additional", [
+    {"fairsched_policy": "aging"}, {"FAIRSCHED": {"policy": "aging"}},
+    {"fairsched.policy": "aging"}, {"Fairsched": {"policy": "aging"}},
+], ids=lambda additional: next(iter(additional)))
+def test_keys_spelt_like_fairsched_are_refused(additional):
+    result = run("--additional-config", json.dumps(additional))
+    misplaced(result, next(iter(additional)), {"fairsched": {"policy": "aging"}})
+
+
+def test_a_misplaced_key_in_a_file_names_the_file(tmp_path):
+    path = tmp_path / "fairsched.json"
+    path.write_text(json.dumps({"policy": "aging"}))
+    result = run("--file", str(path))
+    assert result.returncode == EXIT_REFUSED, result
+    assert result.stderr.startswith(f"fairsched: --file {path} has fairsched settings")
+
+
+def test_other_components_keys_beside_the_fairsched_object_are_accepted():
+    additional = {"fairsched": {"policy": "aging"},
+                  "ascend_scheduler_config": {"enabled": False},
+                  "torchair_graph_config": {"enabled": True, "graph_batch_sizes": [24]},
+                  "enable_weight_nz_layout": True, "refresh": True}
+    result = run("--additional-config", json.dumps(additional))
     assert result.returncode == EXIT_OK, result
-    assert "warning: --additional-config has no 'fairsched' object, so start-up ignores " \
-           "policy there" in result.stdout
+    assert result.stderr == ""
+    assert setting_lines(result) == ["policy = aging (--additional-config)"]
+
+
+def test_start_up_warns_with_the_message_check_config_refuses_with(caplog):
+    """Start-up keeps running (a deployment must not stop on an upgrade) without the
+    misplaced keys, and says so in the words check-config uses."""
+    additional = {"policy": "aging", "ascend_scheduler_config": {"enabled": False}}
+    with caplog.at_level(logging.WARNING, logger="vllm.fairsched"):
+        config = load_config(additional, {})
+    assert config == FairschedConfig()
+    warnings = [r for r in caplog.records
+                if r.name == "vllm.fairsched" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    message = warnings[0].getMessage()
+    assert "'policy'" in message
+    assert json.dumps({"ascend_scheduler_config": {"enabled": False},
+                       "fairsched": {"policy": "aging"}}) in message
+    result = run("--additional-config", json.dumps(additional))
+    assert result.stderr.splitlines()[0] == message
 
 
 def test_vllm_ascend_scheduler_setting():

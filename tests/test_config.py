@@ -4,6 +4,7 @@ each call passes ``environ=`` explicitly."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import pytest
@@ -16,6 +17,7 @@ from fairsched_plugin.config import (
     FairschedConfig,
     accepted_keys,
     load_config,
+    misplaced_keys,
 )
 from fairsched_plugin.policies import (
     AgingPolicy,
@@ -195,31 +197,52 @@ def test_accepted_keys_lists_every_key():
     assert len(text.splitlines()) == len(KEYS)
 
 
+NO_CLOSE_NAME = ("no accepted name is close to it; the list is in docs/configuration.md "
+                 "and from fairsched check-config --list-keys")
+
+
 def test_unknown_key_top_level():
     message = _error(fs({"polcy": "fcfs"}))
-    assert "unknown key 'polcy'" in message
-    assert "--additional-config 'fairsched'" in message
-    _names_all_keys(message)
+    assert message == ("fairsched config: unknown key 'polcy' in --additional-config "
+                       "'fairsched'; did you mean 'policy'?")
 
 
 def test_unknown_key_nested():
     message = _error(fs({"aging": {"gamma": 1}}))
-    assert "unknown key 'aging.gamma'" in message
-    _names_all_keys(message)
+    assert message.endswith("unknown key 'aging.gamma' in --additional-config 'fairsched'; "
+                            "did you mean 'aging.alpha'?")
 
 
 def test_unknown_key_in_fairsched_config():
     message = _error(FAIRSCHED_CONFIG='{"aging": {"alhpa": 1}}')
-    assert "unknown key 'aging.alhpa'" in message
-    assert CONFIG_ENV in message
-    _names_all_keys(message)
+    assert message == (f"fairsched config: unknown key 'aging.alhpa' in {CONFIG_ENV}; "
+                       "did you mean 'aging.alpha'?")
+
+
+@pytest.mark.parametrize(("section", "suggested"), [
+    ({"agin": {"alpha": 3}}, "'aging'"),                      # a misspelt section
+    ({"targt_ms": 30}, "'lprs.target_ms'"),                   # a key outside its section
+    ({"apc": {"target_ms": 30}}, "'lprs.target_ms'"),         # under the wrong section
+    ({"slak": 1}, "'guarded_aging.slack' or 'guarded_srpf.slack'"),  # in two sections
+])
+def test_unknown_key_suggests_by_the_whole_name_or_its_last_part(section, suggested):
+    assert _error(fs(section)).endswith(f"; did you mean {suggested}?")
+
+
+def test_unknown_key_with_nothing_close_points_at_the_list():
+    message = _error(fs({"zzz_unrelated": 1}))
+    assert message == ("fairsched config: unknown key 'zzz_unrelated' in --additional-config "
+                       f"'fairsched'; {NO_CLOSE_NAME}")
 
 
 def test_unknown_environment_variable():
     message = _error(FAIRSCHED_AGING_GAMMA="1")
-    assert "unknown environment variable FAIRSCHED_AGING_GAMMA" in message
-    _names_all_keys(message)
-    assert CONFIG_ENV in message
+    assert message == ("fairsched config: unknown environment variable FAIRSCHED_AGING_GAMMA; "
+                       "did you mean FAIRSCHED_AGING_ALPHA?")
+    # The variables that are not keys are suggested too.
+    assert _error(FAIRSCHED_STRICT_VLM="1").endswith("did you mean FAIRSCHED_STRICT_VLLM?")
+    # The shared prefix does not make every variable look close.
+    assert _error(FAIRSCHED_FOO="1").endswith(f"FAIRSCHED_FOO; {NO_CLOSE_NAME}")
 
 
 @pytest.mark.parametrize(
@@ -304,7 +327,12 @@ def test_unknown_policy(source):
         assert "from FAIRSCHED_CONFIG" in message
     assert "policy" in message
     assert "must be one of fcfs, aging" in message
-    assert "got 'sjf'" in message
+    assert "got 'sjf'; did you mean 'spf'?" in message
+
+
+def test_a_name_with_no_close_choice_gets_no_suggestion():
+    assert _error(fs({"policy": "round-robin"})).endswith("got 'round-robin'")
+    assert _error(fs({"predictor": {"provider": "tensorrt"}})).endswith("got 'tensorrt'")
 
 
 @pytest.mark.parametrize("section", ["aging", 5, ["policy", "fcfs"], True])
@@ -448,3 +476,58 @@ def test_lprs_guard_defaults_and_sources():
 def test_lprs_guard_values_are_checked(section, message):
     with pytest.raises(ConfigError, match=message):
         load(fs({"lprs": section}))
+
+
+# ------------------------------------------------------- keys outside the fairsched object
+
+
+@pytest.mark.parametrize(("additional", "inside"), [
+    ({"policy": "aging"}, {"policy": "policy"}),
+    ({"Policy": "aging"}, {"Policy": "policy"}),
+    ({"lprs": {"target_ms": 30}}, {"lprs": "lprs"}),
+    ({"lprs.target_ms": 30}, {"lprs.target_ms": "lprs.target_ms"}),
+    ({"lprs_target_ms": 30}, {"lprs_target_ms": "lprs.target_ms"}),
+    ({"FAIRSCHED": {"policy": "aging"}}, {"FAIRSCHED": ""}),
+    ({"Fair_Sched": {"policy": "aging"}}, {"Fair_Sched": ""}),
+    ({"fairsched_config": {"policy": "aging"}}, {"fairsched_config": ""}),
+    ({"fairsched_policy": "aging"}, {"fairsched_policy": "policy"}),
+    ({"fairsched.aging.alpha": 2}, {"fairsched.aging.alpha": "aging.alpha"}),
+    ({"FAIRSCHED_AGING_ALPHA": 2}, {"FAIRSCHED_AGING_ALPHA": "aging.alpha"}),
+    ({"fairsched_foo": 1}, {"fairsched_foo": "foo"}),
+    ({"fairsched": {"policy": "aging"}, "policy": "hrrn"}, {"policy": "policy"}),
+])
+def test_fairsched_keys_outside_the_object_are_found(additional, inside):
+    assert misplaced_keys(additional) == inside
+
+
+@pytest.mark.parametrize("additional", [
+    None, {}, fs({"policy": "aging"}),
+    # vLLM-Ascend's own keys, and names that only start like fairsched's.
+    {"ascend_scheduler_config": {"enabled": True}, "torchair_graph_config": {"enabled": True},
+     "enable_weight_nz_layout": True, "refresh": True, "expert_map_path": "/m.json",
+     "scheduler_config": {"recompute_scheduler_enable": False}, "kv_cache_dtype": "int8"},
+    {"fairscheduler": 1, "policy_engine": {}, "aging_report": 1},
+])
+def test_other_components_keys_are_not_fairsched_keys(additional):
+    assert misplaced_keys(additional) == {}
+
+
+def test_start_up_warns_about_misplaced_keys_and_runs_without_them(caplog):
+    with caplog.at_level(logging.WARNING, logger="vllm.fairsched"):
+        config = load({"fairsched_policy": "aging", "lprs": {"target_ms": 30},
+                       "fairsched": {"policy": "hrrn"}, "refresh": True})
+    assert config == FairschedConfig(policy="hrrn")
+    [record] = [r for r in caplog.records if r.name == "vllm.fairsched"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "fairsched: --additional-config has fairsched settings outside its 'fairsched' "
+        "object: 'fairsched_policy', 'lprs'. Start-up reads only that object and ignores "
+        "them; put them under it: "
+        + json.dumps({"refresh": True, "fairsched": {"policy": "hrrn",
+                                                     "lprs": {"target_ms": 30}}}))
+
+
+def test_no_warning_without_misplaced_keys(caplog):
+    with caplog.at_level(logging.WARNING, logger="vllm.fairsched"):
+        load({"fairsched": {"policy": "aging"}, "ascend_scheduler_config": {}})
+    assert not [r for r in caplog.records if r.name == "vllm.fairsched"]
