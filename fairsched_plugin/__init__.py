@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+# The one place the version is stated: pyproject.toml reads it at build time without
+# importing the package, so it stays a plain string literal here.
 __version__ = "0.1.0"
 __all__ = ["FairScheduler", "FairSyncScheduler"]
 

@@ -1,5 +1,7 @@
-"""Packaging: the base install runs the scheduler without ONNX Runtime; a built wheel
-works in a fresh virtual environment that holds only vLLM.
+"""Packaging: the base install runs the scheduler without ONNX Runtime; the sdist holds
+what its wheel build needs and the package data; sdist and wheel pass ``twine check``; the
+wheel built from the sdist works in a fresh virtual environment that holds only vLLM, where
+vLLM finds both plugins and ``fairsched check-config`` runs.
 
 The fresh environment is a new venv whose only other packages are the project venv's,
 seen through a directory of links that leaves out fairsched and ONNX Runtime (so neither
@@ -14,10 +16,15 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
-from wheel_venv import build_wheel, fresh_venv, without_pythonpath
+from wheel_venv import build_dists, fresh_venv, without_pythonpath
+
+import fairsched_plugin
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,10 +65,116 @@ def test_the_scheduler_never_imports_onnxruntime_without_the_predictor(tmp_path)
 
 
 @pytest.fixture(scope="module")
-def wheel_venv(tmp_path_factory) -> str:
+def dists(tmp_path_factory) -> tuple[Path, Path]:
+    """The sdist and the wheel built from it: one build for every check of this module."""
+    return build_dists(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory, dists) -> str:
     """A fresh venv holding the project venv's vLLM (through links) and the wheel."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    return fresh_venv(tmp, sys.executable, build_wheel(tmp / "dist"))
+    return fresh_venv(tmp_path_factory.mktemp("wheel"), sys.executable, dists[1])
+
+
+def _package_files() -> set[str]:
+    """Every file of the package in this checkout, as a path inside the wheel."""
+    package = ROOT / "fairsched_plugin"
+    return {path.relative_to(ROOT).as_posix() for path in package.rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts}
+
+
+@pytest.mark.slow
+def test_the_sdist_holds_its_build_inputs_and_the_wheel_every_package_file(dists):
+    """The wheel was built from the sdist (build_dists), so the sdist held setup.py's
+    entry_points.toml; both hold every file of the package, the traces in data/ included."""
+    sdist, wheel = dists
+    with tarfile.open(sdist) as archive:
+        top = archive.getnames()[0].split("/")[0]
+        in_sdist = {name.removeprefix(f"{top}/") for name in archive.getnames()}
+    with zipfile.ZipFile(wheel) as archive:
+        in_wheel = set(archive.namelist())
+        [declared] = [name for name in in_wheel if name.endswith(".dist-info/entry_points.txt")]
+        entry_points = archive.read(declared).decode()
+    package = _package_files()
+    assert {"fairsched_plugin/data/azure_conv_2023.csv",
+            "fairsched_plugin/data/README.md"} <= package
+    assert {"entry_points.toml", "setup.py", "pyproject.toml", "README.md"} <= in_sdist
+    assert package - in_sdist == set(), "missing from the sdist"
+    assert package - in_wheel == set(), "missing from the wheel"
+    for group, target in [("console_scripts", "fairsched_plugin.cli:main"),
+                          ("vllm.general_plugins", "fairsched_plugin.plugin:register"),
+                          ("vllm.endpoint_plugins",
+                           "fairsched_plugin.metrics.live_view:LiveView")]:
+        assert f"[{group}]\nfairsched = {target}\n" in entry_points
+
+
+@pytest.mark.slow
+def test_sdist_and_wheel_pass_twine_check(dists):
+    result = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",
+                             *map(str, dists)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("PASSED") == 2, result.stdout
+
+
+@pytest.mark.slow
+def test_the_version_is_stated_once(dists, wheel_venv):
+    """pyproject.toml reads fairsched_plugin.__version__; the built files and the installed
+    metadata carry it."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    version = fairsched_plugin.__version__
+    assert [path.name for path in dists] == [f"fairsched_plugin-{version}.tar.gz",
+                                             f"fairsched_plugin-{version}-py3-none-any.whl"]
+    out = subprocess.run([wheel_venv, "-c", "import importlib.metadata as m, fairsched_plugin; "
+                          "print(m.version('fairsched-plugin'), fairsched_plugin.__version__)"],
+                         capture_output=True, text=True, env=without_pythonpath(), check=False)
+    assert out.stdout.split() == [version, version], out.stderr[-2000:]
+
+
+_FIND_PLUGINS = """
+import importlib.metadata as m, json
+from vllm.plugins import load_plugins_by_group
+groups = ("vllm.general_plugins", "vllm.endpoint_plugins")
+declared = {g: {e.name: e.value for e in m.entry_points(group=g)} for g in groups}
+loaded = {g: load_plugins_by_group(g).get("fairsched") for g in groups}
+print(json.dumps({"declared": declared,
+                  "loaded": {g: f"{p.__module__}:{p.__qualname__}" if p else None
+                             for g, p in loaded.items()}}))
+"""
+
+
+@pytest.mark.slow
+def test_vllm_finds_both_plugins_of_the_wheel(wheel_venv, tmp_path):
+    """Through importlib.metadata and through vLLM's own loader (every plugin loaded, as
+    when VLLM_PLUGINS is unset)."""
+    env = {k: v for k, v in without_pythonpath().items() if k != "VLLM_PLUGINS"}
+    out = subprocess.run([wheel_venv, "-c", _FIND_PLUGINS], capture_output=True, text=True,
+                         cwd=tmp_path, env=env, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.splitlines()[-1])
+    expected = {"vllm.general_plugins": "fairsched_plugin.plugin:register",
+                "vllm.endpoint_plugins": "fairsched_plugin.metrics.live_view:LiveView"}
+    assert {g: names.get("fairsched") for g, names in found["declared"].items()} == expected
+    assert found["loaded"] == expected
+
+
+@pytest.mark.slow
+def test_check_config_runs_from_the_wheel(wheel_venv, tmp_path):
+    fairsched = str(Path(wheel_venv).parent / "fairsched")
+    env = {k: v for k, v in without_pythonpath().items() if not k.startswith("FAIRSCHED_")}
+
+    def check(config: dict) -> subprocess.CompletedProcess:
+        return subprocess.run([fairsched, "check-config", "--additional-config",
+                               json.dumps({"fairsched": config})], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=300, check=False)
+
+    accepted = check({"policy": "aging"})
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert "start-up would accept it" in accepted.stdout
+    assert re.search(r"policy = aging\s+\(--additional-config\)", accepted.stdout)
+    assert re.search(r"vLLM \S+: in the tested range", accepted.stdout), accepted.stdout
+    refused = check({"policy": "no-such-policy"})
+    assert refused.returncode == 1 and "no-such-policy" in refused.stderr, refused.stderr
 
 
 @pytest.mark.slow

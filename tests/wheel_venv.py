@@ -1,5 +1,5 @@
 """A fresh virtual environment holding a given vLLM and fairsched from a wheel built from
-this checkout: for the packaging and the old-vLLM end-to-end tests.
+this checkout's sdist: for the packaging and the old-vLLM end-to-end tests.
 
 The new venv sees an existing environment's packages through a directory of links that
 leaves out fairsched (so no checkout or editable install can be imported) and ONNX
@@ -24,12 +24,23 @@ def without_pythonpath() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
+def build_dists(out: Path) -> tuple[Path, Path]:
+    """The sdist of this checkout and the wheel built from that sdist, into ``out``.
+
+    ``python -m build`` as a release runs it, so a file the wheel build needs but the sdist
+    leaves out fails here. No build isolation: setuptools comes from this venv, so nothing
+    is downloaded."""
+    result = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir",
+                             str(out), str(ROOT)], capture_output=True, text=True,
+                            timeout=600, env=without_pythonpath())
+    if result.returncode != 0:
+        raise RuntimeError(f"python -m build failed:\n{(result.stdout + result.stderr)[-3000:]}")
+    return next(out.glob("fairsched_plugin-*.tar.gz")), next(out.glob("fairsched_plugin-*.whl"))
+
+
 def build_wheel(out: Path) -> Path:
-    """The wheel of this checkout (no build isolation: setuptools comes from this venv)."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(out), str(ROOT)], check=True, timeout=600,
-                   env=without_pythonpath())
-    return next(out.glob("fairsched_plugin-*.whl"))
+    """The wheel of this checkout, built from its sdist (:func:`build_dists`)."""
+    return build_dists(out)[1]
 
 
 def _linked_site(source: Path, farm: Path) -> Path:
