@@ -27,7 +27,7 @@ from fairsched_plugin.bench.pairs import read_pool
 from fairsched_plugin.bench.workloads import build_workload
 from fairsched_plugin.sim import analytic
 from fairsched_plugin.sim.engine import simulate
-from fairsched_plugin.sim.scheduler_factory import SimSettings
+from fairsched_plugin.sim.engine_settings import SimSettings
 from fairsched_plugin.sim.step_models import AnalyticStepModel, parse_step_model
 
 

@@ -1,4 +1,4 @@
-"""The simulator where users run: long contexts, async scheduling, stock's capacity, vLLM's
+"""The simulator where users run: long contexts, async scheduling, vLLM's
 own serve defaults per device, the presets against published figures, and the committed
 suite results, rerun."""
 
@@ -13,12 +13,11 @@ import pytest
 from fairsched_plugin.bench.arms import parse_arm
 from fairsched_plugin.bench.workloads import WorkloadRequest
 from fairsched_plugin.sim import published
-from fairsched_plugin.bench.traces import at_rate
-from fairsched_plugin.sim.capacity import KEEP_UP, find_capacity, probe
 from fairsched_plugin.sim.clock import VirtualClock
 from fairsched_plugin.sim.devices import serve_defaults
 from fairsched_plugin.sim.engine import TOO_LONG, simulate
-from fairsched_plugin.sim.scheduler_factory import SimSettings, make_arm_scheduler
+from fairsched_plugin.sim.engine_settings import SimSettings
+from fairsched_plugin.sim.scheduler_factory import make_arm_scheduler
 from fairsched_plugin.sim.step_models import LinearStepModel, parse_step_model
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / (
@@ -73,19 +72,6 @@ def test_async_outputs_arrive_a_step_late_for_a_request_that_lands_mid_step() ->
         assert all(r["output_tokens"] == r["target_output_tokens"] for r in run["requests"])
     a_decode_alone = STEP.base_s + STEP.per_token_s
     assert ttft[True] == pytest.approx(ttft[False] + a_decode_alone)
-
-
-def test_capacity_brackets_where_stock_falls_behind() -> None:
-    case = _case([(0.05 * i, 40 + (i * 37) % 300, 8 + i % 9) for i in range(200)])
-    settings = SimSettings(max_num_batched_tokens=256, max_num_seqs=32)
-    found = find_capacity(case, STEP, settings, tolerance=0.02)
-    assert found.rate > 0
-    assert probe(case, found.rate, STEP, settings).served_share >= KEEP_UP
-    above = [p for p in found.probes if p.rate > found.rate]
-    assert above and all(not p.keeps_up for p in above)
-    assert min(p.rate for p in above) <= found.rate * 1.021
-    scaled = at_rate(case, 2 * found.rate)
-    assert (len(scaled) - 1) / scaled[-1].arrival_s == pytest.approx(2 * found.rate)
 
 
 def test_serve_defaults_come_from_the_installed_vllm() -> None:

@@ -8,6 +8,7 @@ layouts follow the seeds so results can be read against them: seed 000 Tables 4,
 throughput frontier, tails normalised to the baseline) and Figure 5 (batch efficiency).
 
 Plots are drawn on plain ``Figure`` objects with the Agg canvas: no display, no pyplot state.
+Without matplotlib (the ``bench`` extra) the report is written without them.
 """
 
 from __future__ import annotations
@@ -16,12 +17,9 @@ import gzip
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from fairsched_plugin.bench.metrics import (
     CLASS_ORDER,
@@ -31,6 +29,11 @@ from fairsched_plugin.bench.metrics import (
     step_deviations,
     summarize_run,
 )
+from fairsched_plugin.extras import available, note_no_plots
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 Runs = Mapping[str, Sequence[Mapping[str, Any]]]
 Stat = Mapping[str, Any]
@@ -584,6 +587,9 @@ def _figure(
     columns: int = 1, width: float = 8.0, height: float = 5.0, rows: int = 1
 ) -> tuple[Figure, list[Axes]]:
     """A figure and its axes, row by row."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(width, height), dpi=PNG_DPI, layout="constrained")
     FigureCanvasAgg(figure)
     return figure, list(figure.subplots(rows, columns, squeeze=False).flat)
@@ -869,7 +875,11 @@ def write_report(
     baseline = _checked_baseline(analysis, baseline)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    figures = _write_figures(out, runs, analysis, baseline)
+    if available("matplotlib"):
+        figures = _write_figures(out, runs, analysis, baseline)
+    else:
+        figures = []
+        note_no_plots(f"report {out / 'report.md'}")
     document = {"config": dict(config or {}), "baseline": baseline, "arms": analysis}
     (out / "report.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
     markdown = out / "report.md"

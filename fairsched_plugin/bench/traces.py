@@ -9,7 +9,8 @@ layouts are read (extra columns are ignored):
 - an access log of your own: ``arrival_s,prompt_tokens,output_tokens``, with the same
   meanings (the time origin does not matter: the window starts at 0).
 
-``--trace azure-conv`` names the packaged Azure conversation trace
+``--trace azure-conv`` and ``--trace azure-code`` name the packaged Azure conversation and
+code-completion traces
 (``fairsched_plugin/data``, CC-BY; cite Splitwise, ISCA 2024).
 
 A window of ``num_requests`` rows from row ``start`` becomes a case: arrivals shifted to
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +36,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from ..cli_types import at_least
+from ..user_files import read_text
 from .pairs import request_class
 from .vllm_client import mean_rate
 from .workloads import CaseFormatError, WorkloadRequest, cut_to_tokens
@@ -44,7 +48,7 @@ LAYOUTS: tuple[tuple[str, str, str], ...] = (
 )
 """Accepted column layouts: arrival (s), prompt tokens, output tokens."""
 
-PACKAGED = {"azure-conv": "azure_conv_2023.csv"}
+PACKAGED = {"azure-conv": "azure_conv_2023.csv", "azure-code": "azure_code_2023.csv"}
 """Traces shipped in ``fairsched_plugin/data``, by the name ``--trace`` accepts."""
 
 
@@ -68,7 +72,7 @@ def resolve(trace: str | Path) -> Path:
     if name in PACKAGED:
         return Path(str(resources.files("fairsched_plugin.data") / PACKAGED[name]))
     path = Path(trace)
-    if not path.is_file():
+    if not path.exists():  # a directory or an unreadable file: read_trace names it
         raise TraceFormatError(f"trace {name!r}: no such file, nor a packaged trace "
                                f"({', '.join(PACKAGED)})")
     return path
@@ -78,8 +82,8 @@ def read_trace(trace: str | Path) -> list[TraceRow]:
     """Every row of a trace, validated: the error names the line (the header is line 1)
     and the column of the first bad value."""
     path = resolve(trace)
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
+    reader = csv.DictReader(io.StringIO(read_text(path, TraceFormatError), newline=""))
+    try:
         header = reader.fieldnames or []
         layout = next((cols for cols in LAYOUTS if set(cols) <= set(header)), None)
         if layout is None:
@@ -100,6 +104,8 @@ def read_trace(trace: str | Path) -> list[TraceRow]:
                                        "by arrival")
             last = arrival
             rows.append(TraceRow(index, arrival, prompt, output))
+    except csv.Error as exc:  # not a ValueError: an overlong field, say
+        raise TraceFormatError(f"{path}:{reader.line_num}: not CSV ({exc})") from None
     if not rows:
         raise TraceFormatError(f"{path}: no requests")
     return rows
@@ -213,7 +219,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser,
                         help="compress the trace window in time to R requests/s (its "
                              "burstiness kept); several values give one case each "
                              "(default: as recorded)")
-    parser.add_argument("--trace-start", type=int, default=0, metavar="ROW",
+    parser.add_argument("--trace-start", type=at_least(0), default=0, metavar="ROW",
                         help="the window's first row, counted from 0")
 
 

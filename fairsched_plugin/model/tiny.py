@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors.torch import save
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from fairsched_plugin.cli_types import positive_int
 from fairsched_plugin.sharegpt import SharegptReadStats, iter_text
+from fairsched_plugin.user_files import output_dir
+
+if TYPE_CHECKING:
+    import torch
 
 PROVENANCE_FILE = "fairsched-model.json"
 PROVENANCE_FORMAT = 1
@@ -118,6 +122,9 @@ def build_tiny_model(
     _write_json(out_dir / "tokenizer_config.json", _tokenizer_config(params))
     _write_json(out_dir / "config.json", _model_config(params))
     _write_json(out_dir / "generation_config.json", _generation_config())
+    # torch only for writing weights: the tools that merely name the model stay quick.
+    from safetensors.torch import save
+
     # save() rather than save_file(): the latter leaves the file mode 0600.
     weights = save(_random_weights(params), metadata={"format": "pt"})
     (out_dir / "model.safetensors").write_bytes(weights)
@@ -231,6 +238,8 @@ def _random_weights(params: TinyModelParams) -> dict[str, torch.Tensor]:
 
     No ``lm_head.weight``: the output projection is tied to the embeddings.
     """
+    import torch
+
     generator = torch.Generator().manual_seed(params.seed)
     h, kv = params.hidden_size, params.num_kv_heads * params.head_dim
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (params.vocab_size, h)}
@@ -255,6 +264,8 @@ def _random_weights(params: TinyModelParams) -> dict[str, torch.Tensor]:
 
 
 def _init_tensor(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    import torch
+
     if len(shape) == 1:
         return torch.ones(shape)
     return torch.normal(0.0, 0.02, shape, generator=generator)
@@ -290,13 +301,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                     "holds the same one; prints the model directory.")
     defaults = TinyModelParams()
     tiny.add_argument("--out", type=Path, required=True, help="model directory to (re)build")
-    tiny.add_argument("--vocab-size", type=int, default=defaults.vocab_size,
+    tiny.add_argument("--vocab-size", type=positive_int, default=defaults.vocab_size,
                       help="tokenizer and embedding vocabulary size")
     tiny.add_argument("--seed", type=int, default=defaults.seed,
                       help="seed of the random weights")
     tiny.add_argument(
         "--num-conversations",
-        type=int,
+        type=positive_int,
         default=defaults.num_conversations,
         help="ShareGPT conversations to train the tokenizer on",
     )
@@ -308,12 +319,16 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 
 def main_tiny(args: argparse.Namespace) -> int:
     """CLI entry: build the model and print where it is."""
-    out = build_tiny_model(
-        args.out,
-        vocab_size=args.vocab_size,
-        seed=args.seed,
-        num_conversations=args.num_conversations,
-        force=args.force,
-    )
+    try:
+        out = build_tiny_model(
+            output_dir(args.out),
+            vocab_size=args.vocab_size,
+            seed=args.seed,
+            num_conversations=args.num_conversations,
+            force=args.force,
+        )
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(out)
     return 0

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..extras import available, note_no_plots
+
 
 def accuracy_metrics(measured_ms: np.ndarray, predicted_ms: np.ndarray) -> dict[str, float]:
     """Table 8's metrics for predictions of measured latencies (both in ms)."""
@@ -114,5 +116,8 @@ def write_evaluation(
         json.dumps({"metrics": metrics, **(extra or {})}, indent=2) + "\n"
     )
     (out_dir / "report.md").write_text(f"# {title}\n\n" + markdown_table(metrics))
-    plot_predictions(measured_ms, predicted_ms, out_dir, title)
+    if available("matplotlib"):
+        plot_predictions(measured_ms, predicted_ms, out_dir, title)
+    else:
+        note_no_plots(f"evaluation {out_dir / 'report.md'}")
     return metrics

@@ -1,15 +1,21 @@
-"""Stock vLLM's capacity on a scenario: the highest arrival rate it keeps up with.
+"""Stock vLLM's capacity on a scenario: the request rate it sustains when saturated.
 
-A case (a trace window or a generated workload) is replayed at rate R by scaling its
-arrival times so its mean rate ``(n - 1) / span`` is R; the relative gaps, and so the
-bursts, stay. Stock *keeps up* at R when, at the moment the window's last request
-arrives, at least ``KEEP_UP`` of the window has its first token: below capacity the
-backlog stays a handful of requests, above it grows with every second of the window
-(at 1.02x capacity on 1,000 requests it is already about 2 % of them). The simulation
-stops at that moment, so an overloaded probe costs no more than a light one.
+A window's requests are queued on simulated stock vLLM all at once, and its completion
+rate is measured: ``SERVED`` of the window divided by the time stock takes to complete
+them. Saturated, the engine is never idle and never waits for arrivals, so this is the
+most it can sustain on the window's mix; the last requests, completed at low concurrency
+once nothing waits any more, are a drain rather than sustained service and are left out.
+Below this rate stock's backlog stops growing over a window (work-conserving service
+catches up between bursts); above it the backlog grows by the difference
+(:func:`backlog_check` probes both sides with the window's own arrival gaps).
 
-The search doubles the rate from the case's own until stock falls behind, then bisects
-to ``tolerance``. Loads in reports are fractions of this capacity.
+The answer depends on the window's mix of prompt and output lengths, not on where its
+bursts fall: the rule that came before it (the share of the window with a first token at
+its last arrival) moved several-fold with a burst near the window's end. A window must be
+long enough that stock stays saturated through most of the measurement: one that it
+could mostly hold at once is refused with the smallest length that works.
+
+Loads in reports are fractions of this capacity.
 """
 
 from __future__ import annotations
@@ -19,105 +25,128 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from ..bench.arms import STOCK, Arm
 from ..bench.traces import at_rate
-from ..bench.vllm_client import mean_rate
 from ..bench.workloads import WorkloadRequest
 from ..config import ConfigError
 from .cli import add_engine_arguments, case_loader, settings_from_args
-from .engine import SimulationStalled, simulate
+from .engine_settings import SimSettings, SimulationStalled, describe
 from .hardware import PresetError
-from .scheduler_factory import SimSettings
 from .step_models import StepModel, parse_step_model
 
-KEEP_UP = 0.98
+SERVED = 0.95
+"""The share of the window whose completion times measure the sustained rate."""
+SATURATED = 0.5
+"""A window saturates stock when its last request is admitted after this share of the
+measurement (before then one was always waiting) and stock never held more than this
+share of it at once."""
 
 
-@dataclass(frozen=True)
-class Probe:
-    rate: float
-    served_share: float
-    """Share of the window with a first token when its last request arrives."""
-    median_ttft_s: float | None
-    """Median TTFT of the requests served by then."""
-
-    @property
-    def keeps_up(self) -> bool:
-        return self.served_share >= KEEP_UP
+class WindowTooSmall(ValueError):
+    """Stock could hold too much of the window at once for it to saturate."""
 
 
 @dataclass(frozen=True)
 class Capacity:
     rate: float
-    """The highest probed rate stock keeps up with (requests/s)."""
-    probes: tuple[Probe, ...]
+    """Requests/s stock completes when saturated on the window."""
+    tokens_per_s: float
+    """The same as prompt + output tokens per second."""
+    requests: int
+    measured_s: float
+    """Virtual time stock took to complete ``SERVED`` of the window."""
+    last_admission_s: float
+    peak_running: int
+    """The most requests stock ran at once."""
 
 
-def probe(case: Sequence[WorkloadRequest], rate: float, step_model: StepModel,
-          settings: SimSettings) -> Probe:
-    """Stock at ``rate`` up to the last arrival."""
+@dataclass(frozen=True)
+class BacklogProbe:
+    """Stock replaying the window at ``rate`` with its own arrival gaps."""
+
+    rate: float
+    load: float
+    """``rate`` as a fraction of the capacity."""
+    backlog_growth: float
+    """Growth of the unserved backlog over the window, as a share of arrivals (least
+    squares over time-binned means of the backlog, divided by the arrival rate): about
+    0 when stock keeps up, about ``1 - capacity / rate`` when it does not."""
+    completion_rate: float
+    """Requests/s with a first token by the last arrival, over the window's span."""
+    median_ttft_s: float | None
+
+
+def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
+                  settings: SimSettings) -> Capacity:
+    """Stock's completion rate with the whole window queued at once (module docstring)."""
+    from .engine import simulate
+
+    queued = [replace(r, arrival_s=0.0) for r in case]
+    result = simulate(Arm(STOCK, {}), queued, step_model, settings, None)
+    rows = [r for r in result.run["requests"] if r["error"] is None]
+    if len(rows) < 2:
+        raise WindowTooSmall(f"the window has {len(rows)} servable request(s); capacity "
+                             "needs a window stock cannot hold at once")
+    finish = np.sort([r["finish_s"] for r in rows])
+    count = max(int(math.ceil(SERVED * len(rows))), 1)
+    measured = float(finish[count - 1])
+    admitted = np.array([r["first_scheduled_s"] for r in rows])
+    peak = _peak_running(admitted, np.array([r["finish_s"] for r in rows]))
+    last_admission = float(admitted.max())
+    if last_admission < SATURATED * measured or peak > SATURATED * len(rows):
+        mean_tokens = np.mean([r["prompt_tokens"] + r["target_output_tokens"] for r in rows])
+        limit = min(settings.max_num_seqs, int(settings.kv_cache_tokens // mean_tokens))
+        smallest = int(math.ceil(2 * max(peak, limit) / 50.0)) * 50
+        raise WindowTooSmall(
+            f"a window of {len(rows)} requests is too small to saturate stock on these "
+            f"settings (it ran up to {peak} at once and admitted the last at "
+            f"{last_admission:.2f} s of {measured:.2f} s): use at least about {smallest} "
+            "requests")
+    served_tokens = sum(r["prompt_tokens"] + r["target_output_tokens"]
+                        for r in rows if r["finish_s"] <= measured)
+    return Capacity(count / measured, served_tokens / measured, len(rows), measured,
+                    last_admission, peak)
+
+
+def _peak_running(admitted: np.ndarray, finished: np.ndarray) -> int:
+    """The most requests between admission and completion at any moment."""
+    events = np.concatenate([np.stack([admitted, np.ones_like(admitted)], axis=1),
+                             np.stack([finished, -np.ones_like(finished)], axis=1)])
+    order = np.lexsort((events[:, 1], events[:, 0]))  # completions first at a tie
+    return int(np.cumsum(events[order, 1]).max())
+
+
+def backlog_check(case: Sequence[WorkloadRequest], capacity: float, load: float,
+                  step_model: StepModel, settings: SimSettings, bins: int = 10
+                  ) -> BacklogProbe:
+    """Replay the window at ``load`` x ``capacity`` up to its last arrival and measure
+    whether stock's backlog grows (the check of the capacity against its definition)."""
+    from .engine import simulate
+
+    rate = load * capacity
     scaled = at_rate(case, rate)
     result = simulate(Arm(STOCK, {}), scaled, step_model, settings, None,
                       stop_at_last_arrival=True)
     rows = [r for r in result.run["requests"] if r["error"] is None]
-    last = scaled[-1].arrival_s
-    ttfts = [r["first_token_s"] - r["arrival_s"] for r in rows
-             if r["first_token_s"] is not None and r["first_token_s"] <= last]
-    share = len(ttfts) / max(len(rows), 1)
-    return Probe(rate, share, float(np.median(ttfts)) if ttfts else None)
-
-
-def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
-                  settings: SimSettings, *, tolerance: float = 0.01,
-                  progress: Callable[[str], None] | None = None) -> Capacity:
-    """Double from the case's own rate until stock falls behind, then bisect until the
-    bracket is within ``tolerance`` (relative)."""
-    probes: list[Probe] = []
-
-    def run(rate: float) -> bool:
-        result = probe(case, rate, step_model, settings)
-        probes.append(result)
-        if progress is not None:
-            median = ("-" if result.median_ttft_s is None
-                      else f"{result.median_ttft_s * 1e3:.0f} ms")
-            progress(f"  {rate:8.2f} req/s: {result.served_share:6.1%} served by the last "
-                     f"arrival, median TTFT {median}: "
-                     f"{'keeps up' if result.keeps_up else 'falls behind'}")
-        return result.keeps_up
-
-    own = rate = mean_rate(case)
-    low, high = 0.0, math.inf
-    if run(rate):
-        low = rate
-        while math.isinf(high):
-            rate *= 2
-            if run(rate):
-                low = rate
-            else:
-                high = rate
-    else:
-        high = rate
-        while low == 0.0:
-            rate /= 2
-            if rate < own / 1024:
-                raise ValueError("stock keeps up with no rate down to 1/1024 of the case's: "
-                                 "the case cannot be served on these settings")
-            if run(rate):
-                low = rate
-            else:
-                high = rate
-    while high / low > 1 + tolerance:
-        mid = math.sqrt(low * high)
-        if run(mid):
-            low = mid
-        else:
-            high = mid
-    return Capacity(low, tuple(sorted(probes, key=lambda p: p.rate)))
+    end = scaled[-1].arrival_s
+    arrived = np.sort([r["arrival_s"] for r in rows])
+    first = np.sort([r["first_token_s"] if r["first_token_s"] is not None else np.inf
+                     for r in rows])
+    times = np.linspace(0.0, end, bins * 50)
+    backlog = (np.searchsorted(arrived, times, side="right")
+               - np.searchsorted(first, times, side="right"))
+    means = backlog.reshape(bins, 50).mean(axis=1)
+    centres = times.reshape(bins, 50).mean(axis=1)
+    slope = float(np.polyfit(centres, means, 1)[0])
+    ttfts = [f - a for f, a in ((r["first_token_s"], r["arrival_s"]) for r in rows)
+             if f is not None and f <= end]
+    return BacklogProbe(rate, load, slope / rate, len(ttfts) / end if end > 0 else 0.0,
+                        float(np.median(ttfts)) if ttfts else None)
 
 
 # -------------------------------------------------------------------------------- CLI
@@ -125,41 +154,53 @@ def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     cap = subparsers.add_parser(
-        "capacity", help="find the highest arrival rate stock vLLM keeps up with on a "
-                         "workload (simulated), to set loads against",
-        description="Replays the case at scaled arrival rates (its bursts kept) on "
-                    "simulated stock vLLM: the rate doubles from the case's own until stock "
-                    "falls behind (its backlog grows through the window), then bisects to "
-                    "--tolerance. Loads in the suite's reports are fractions of this "
-                    "capacity.")
+        "capacity", help="find the request rate stock vLLM sustains on a workload "
+                         "(simulated), to set loads against",
+        description="Queues the case's requests all at once on simulated stock vLLM and "
+                    f"measures its completion rate over the first {SERVED:.0%} of them: "
+                    "the most it sustains on that mix of prompts and outputs, whatever the "
+                    "arrival pattern. With --check it also replays the case at 0.9x and "
+                    "1.1x of that rate with its own arrival gaps and reports whether "
+                    "stock's backlog grows. Loads in the suite's reports are fractions of "
+                    "this capacity.")
     add_engine_arguments(cap)
-    cap.add_argument("--tolerance", type=float, default=0.01,
-                     help="stop when the bracket is this close, relative")
+    cap.add_argument("--check", action="store_true",
+                     help="also replay at 0.9x and 1.1x of the capacity and report "
+                          "stock's backlog growth and completion rate")
     cap.add_argument("--out", type=Path,
-                     help="also write the probes as JSON here (default: print only)")
+                     help="also write the result as JSON here (default: print only)")
     cap.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     try:
         model = parse_step_model(args.step_model)
-        settings = settings_from_args(args, model)
         cases = case_loader(args)(0)
         if len(cases) != 1:
             raise ValueError("capacity takes one case: one workload, one --trace-rate")
         (name, case), = cases.items()
+        settings, sources = settings_from_args(args, model)
         print(f"step model: {model.description}")
-        print(f"{name}: {len(case)} requests; probing stock vLLM")
-        found = find_capacity(case, model, settings, tolerance=args.tolerance, progress=print)
+        print(describe(settings, sources))
+        print(f"{name}: {len(case)} requests, queued at once on stock vLLM")
+        found = find_capacity(case, model, settings)
+        checks = [backlog_check(case, found.rate, load, model, settings)
+                  for load in ((0.9, 1.1) if args.check else ())]
     except (ConfigError, PresetError, ValueError, OSError, SimulationStalled) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"capacity: {found.rate:.2f} req/s (stock serves {KEEP_UP:.0%} of the window by "
-          "its last arrival at this rate and falls behind above it)")
+    print(f"capacity: {found.rate:.2f} req/s ({found.tokens_per_s:,.0f} prompt + output "
+          f"tokens/s): stock completes {SERVED:.0%} of the window in {found.measured_s:.1f} s "
+          f"when saturated (up to {found.peak_running} requests at once)")
+    for probe in checks:
+        median = "-" if probe.median_ttft_s is None else f"{probe.median_ttft_s:.2f} s"
+        print(f"  at {probe.load:g}x ({probe.rate:.2f} req/s, the case's own gaps): backlog "
+              f"growth {probe.backlog_growth:+.1%} of arrivals, {probe.completion_rate:.2f} "
+              f"req/s with a first token by the last arrival, median TTFT {median}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"case": name, "capacity_rps": found.rate,
-                                        "step_model": model.description,
-                                        "probes": [asdict(p) for p in found.probes]},
-                                       indent=2))
+        args.out.write_text(json.dumps({
+            "case": name, "capacity_rps": found.rate, "step_model": model.description,
+            "capacity": asdict(found), "checks": [asdict(p) for p in checks],
+            "engine": {**asdict(settings), "sources": sources}}, indent=2))
     return 0

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..bench.arms import ARMS_HELP, parse_arms
 from ..bench.cli import (
@@ -24,7 +24,6 @@ from ..bench.cli import (
     write_cases,
 )
 from ..bench.report import analyse_runs, render_markdown, write_report
-from ..bench.server import add_engine_limit_arguments
 from ..bench.traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
 from ..bench.workloads import (
     WORKLOADS,
@@ -32,15 +31,26 @@ from ..bench.workloads import (
     case_summary,
     read_case,
 )
+from ..cli_types import positive_float, positive_int
 from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR
 from ..predictor.runtime import PredictorError
+from ..user_files import output_dir
 from . import analytic
-from .engine import SimulationStalled
+from .engine_settings import (
+    SimSettings,
+    SimulationStalled,
+    add_limit_arguments,
+    check_limits,
+    describe,
+    resolve_limits,
+    settings_record,
+)
 from .hardware import PresetError
-from .matrix import Cases, run_matrix
-from .scheduler_factory import SimSettings
 from .step_models import AnalyticStepModel, OnnxStepModel, StepModel, parse_step_model
+
+if TYPE_CHECKING:
+    from .matrix import Cases
 
 MIB = 1 << 20
 
@@ -68,24 +78,18 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokenizer for building a ShareGPT pool (not with --pool)")
     parser.add_argument("--pool", type=Path,
                         help="ShareGPT pair pool (JSONL; default: built from --model-dir)")
-    add_engine_limit_arguments(parser)
-    parser.add_argument("--block-size", type=int, default=16,
-                        help="KV block size (the CPU engine uses 128)")
-    parser.add_argument("--kv-cache-tokens", type=int,
+    add_limit_arguments(parser)
+    parser.add_argument("--kv-cache-tokens", type=positive_int,
                         help="KV cache size in tokens (default: from the analytic model's "
                              "device memory, or the ONNX model's training memory features, "
                              "else 2^20)")
-    parser.add_argument("--kv-bytes-per-token", type=int,
+    parser.add_argument("--kv-bytes-per-token", type=positive_int,
                         help="bytes of K and V per token (default: from the analytic model, "
                              "else 4096, the tiny CPU model in float32)")
     parser.add_argument("--prefix-caching", action="store_true",
                         help="turn vLLM's prefix cache on (prompts are distinct stand-in "
                              "token ids, so it only matters for identical case ids)")
-    parser.add_argument("--async-scheduling", action="store_true",
-                        help="vLLM's async engine (its default on GPUs): the next step is "
-                             "scheduled while one runs, outputs arrive a step late "
-                             "(default: sync, as the CPU engine runs)")
-    parser.add_argument("--max-virtual-s", type=float, default=86_400.0,
+    parser.add_argument("--max-virtual-s", type=positive_float, default=86_400.0,
                         help="stop and name the unfinished requests past this virtual time")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="plugin config for every plugin arm, dotted key")
@@ -102,21 +106,25 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                     "deterministic: only --repeat's workload seeds vary.")
     sim.add_argument("--arms", "--policies", dest="arms", default="stock,fcfs,aging",
                      help=ARMS_HELP)
-    sim.add_argument("--repeat", type=int, default=1,
+    sim.add_argument("--repeat", type=positive_int, default=1,
                      help="workload seeds seed..seed+N-1 (a simulation itself never varies)")
     sim.add_argument("--out", type=Path, default=Path("runs/simulate"),
                      help="directory for the cases, runs and report")
     sim.add_argument("--no-trace", action="store_true",
                      help="keep no per-step trace (faster, less memory; no batch tables)")
-    sim.add_argument("--target-ms", type=float,
+    sim.add_argument("--target-ms", type=positive_float,
                      help="score every arm's step times against this latency target in ms "
                           "(default: no target)")
     add_engine_arguments(sim)
     sim.set_defaults(func=main)
 
 
-def settings_from_args(args: argparse.Namespace, model: StepModel) -> SimSettings:
-    """Engine settings; the KV cache follows the step model unless given."""
+def settings_from_args(args: argparse.Namespace, model: StepModel
+                       ) -> tuple[SimSettings, dict[str, str]]:
+    """Engine settings and where each came from: limits given or the device's
+    (``engine_settings``); the KV cache follows the step model unless given."""
+    check_limits(args)
+    limits, sources = resolve_limits(args, model)
     kv_tokens, kv_bytes = 1 << 20, 4096
     if isinstance(model, AnalyticStepModel):
         kv_bytes = model.config.kv_bytes_per_token
@@ -124,17 +132,14 @@ def settings_from_args(args: argparse.Namespace, model: StepModel) -> SimSetting
     elif isinstance(model, OnnxStepModel) and model.reserved_mb:
         kv_bytes = args.kv_bytes_per_token or kv_bytes
         kv_tokens = int(model.reserved_mb * MIB // kv_bytes)
-    return SimSettings(
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
-        max_model_len=args.max_model_len,
-        block_size=args.block_size,
+    settings = SimSettings(
+        **limits,
         kv_cache_tokens=args.kv_cache_tokens or kv_tokens,
         kv_bytes_per_token=args.kv_bytes_per_token or kv_bytes,
         enable_prefix_caching=args.prefix_caching,
-        async_scheduling=args.async_scheduling,
         max_virtual_s=args.max_virtual_s,
     )
+    return settings, sources
 
 
 def case_loader(args: argparse.Namespace):
@@ -157,14 +162,19 @@ def main(args: argparse.Namespace) -> int:
     try:
         arms = parse_arms(args.arms, plugin_settings(_with_service(args)))
         model = parse_step_model(args.step_model)
-        settings = settings_from_args(args, model)
+        output_dir(args.out)  # before a pool is tokenized, which takes minutes
         cases_for = case_loader(args)
         first = cases_for(0)
+        settings, sources = settings_from_args(args, model)
+        write_cases(args.out, first)
     except (ConfigError, PresetError, PredictorError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    write_cases(args.out, first)
+    # vLLM and torch load here, once the arguments and inputs are known to be good.
+    from .matrix import run_matrix
+
     print(f"step model: {model.description}")
+    print(describe(settings, sources))
     started = time.perf_counter()
     try:
         runs, timing = run_matrix(arms, lambda r: first if r == 0 else cases_for(r), model,
@@ -177,7 +187,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     elapsed = time.perf_counter() - started
-    config = simulation_config(args, arms, first, model, settings)
+    config = simulation_config(args, arms, first, model, settings, sources)
     config["simulator_time"] = {
         "wall_s": round(elapsed, 2), "steps": timing.steps,
         "vllm_schedule_s": round(timing.schedule_s, 2),
@@ -197,7 +207,7 @@ def _with_service(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model: StepModel,
-                      settings: SimSettings) -> dict[str, Any]:
+                      settings: SimSettings, sources: dict[str, str]) -> dict[str, Any]:
     return {
         "command": " ".join(["fairsched", *sys.argv[1:]]),
         "simulated": True,
@@ -206,6 +216,6 @@ def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model:
         "workload": workload_label(args),
         "case": {name: case_summary(case) for name, case in cases.items()},
         "plugin_settings": plugin_settings(_with_service(args)),
-        "engine": {k: getattr(settings, k) for k in settings.__dataclass_fields__},
+        "engine": settings_record(settings, sources),
         "repeat": args.repeat,
     }

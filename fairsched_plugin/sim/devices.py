@@ -37,6 +37,8 @@ DEVICES: dict[str, Device] = {
     "a100-80gb": Device("a100-80gb", "NVIDIA A100-SXM4-80GB", 80 * GIB),
     "h200": Device("h200", "NVIDIA H200", 141 * GIB),
     "ascend910b": Device("ascend910b", "Ascend910B2", None, block_size=128),
+    "rtx4090": Device("rtx4090", "NVIDIA GeForce RTX 4090", 24 * GIB),
+    "rtxpro5000": Device("rtxpro5000", "NVIDIA RTX PRO 5000 Blackwell", 72 * GIB),
 }
 
 

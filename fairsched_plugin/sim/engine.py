@@ -43,15 +43,12 @@ from ..predictor.memory import KvCacheMemory
 from .batch import SimBatch
 from .clock import VirtualClock
 from .fake_engine import model_runner_output
-from .scheduler_factory import SimSettings, make_arm_scheduler
+from .engine_settings import SimSettings, SimulationStalled
+from .scheduler_factory import make_arm_scheduler
 from .step_models import StepModel
 
 
 TOO_LONG = "prompt + output tokens exceed max_model_len"
-
-
-class SimulationStalled(RuntimeError):
-    """A run that cannot finish: the message names the unfinished requests."""
 
 
 def engine_request_id(case_id: str) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..user_files import read_text
+
 GB = 1e9
 TFLOPS = 1e12
 
@@ -81,6 +83,8 @@ class TransformerConfig:
     vocab_size: int
     bytes_per_param: int
     tie_word_embeddings: bool = False
+    max_position_embeddings: int | None = None
+    """The context the model declares: ``vllm serve``'s ``--max-model-len`` by default."""
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -97,19 +101,19 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
     "qwen3-8b": {"num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 32,
                  "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
                  "vocab_size": 151936, "torch_dtype": "bfloat16",
-                 "tie_word_embeddings": False},
+                 "tie_word_embeddings": False, "max_position_embeddings": 40960},
     "llama-3-8b": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
                    "num_key_value_heads": 8, "intermediate_size": 14336,
                    "vocab_size": 128256, "torch_dtype": "bfloat16",
-                   "tie_word_embeddings": False},
+                   "tie_word_embeddings": False, "max_position_embeddings": 8192},
     "qwen3-0.6b": {"num_hidden_layers": 28, "hidden_size": 1024, "num_attention_heads": 16,
                    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
                    "vocab_size": 151936, "torch_dtype": "bfloat16",
-                   "tie_word_embeddings": True},
+                   "tie_word_embeddings": True, "max_position_embeddings": 40960},
     "llama-2-7b": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
                    "num_key_value_heads": 32, "intermediate_size": 11008,
                    "vocab_size": 32000, "torch_dtype": "float16",
-                   "tie_word_embeddings": False},
+                   "tie_word_embeddings": False, "max_position_embeddings": 4096},
 }
 MODEL_ALIASES = {"qwen3_8b": "qwen3-8b", "llama3-8b": "llama-3-8b",
                  "meta-llama-3-8b": "llama-3-8b", "llama2-7b": "llama-2-7b"}
@@ -119,11 +123,16 @@ class PresetError(ValueError):
     """An unknown preset or an unusable config; the message names it."""
 
 
-def accelerator(name: str) -> Accelerator:
+def accelerator_key(name: str) -> str:
+    """The preset's key (``h100``) for a name or alias (``H100``, ``910b``)."""
     key = ALIASES.get(name.lower(), name.lower())
     if key not in ACCELERATORS:
         raise PresetError(f"unknown accelerator {name!r}; presets: {', '.join(ACCELERATORS)}")
-    return ACCELERATORS[key]
+    return key
+
+
+def accelerator(name: str) -> Accelerator:
+    return ACCELERATORS[accelerator_key(name)]
 
 
 def transformer_config(fields: dict[str, Any], name: str = "model",
@@ -150,6 +159,8 @@ def transformer_config(fields: dict[str, Any], name: str = "model",
         vocab_size=int(fields["vocab_size"]),
         bytes_per_param=_DTYPE_BYTES[dtype],
         tie_word_embeddings=bool(fields.get("tie_word_embeddings", False)),
+        max_position_embeddings=(int(fields["max_position_embeddings"])
+                                 if fields.get("max_position_embeddings") else None),
     )
 
 
@@ -165,9 +176,11 @@ def model_config(name_or_path: str) -> TransformerConfig:
         raise PresetError(f"unknown model {name_or_path!r}: not a preset "
                           f"({', '.join(MODEL_CONFIGS)}) nor a config.json path")
     try:
-        fields = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise PresetError(f"model config {path}: unreadable ({exc})") from exc
+        fields = json.loads(read_text(path, PresetError))
+    except json.JSONDecodeError as exc:
+        raise PresetError(f"model config {path}: not valid JSON ({exc})") from None
+    if not isinstance(fields, dict):
+        raise PresetError(f"model config {path}: not a JSON object")
     return transformer_config(fields, str(path))
 
 

@@ -15,7 +15,7 @@ from ..bench.arms import Arm
 from ..bench.runner import slug
 from ..bench.workloads import WorkloadRequest
 from .engine import SimRun, Timing, simulate
-from .scheduler_factory import SimSettings
+from .engine_settings import SimSettings
 from .step_models import StepModel
 
 Cases = Mapping[str, Sequence[WorkloadRequest]]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,35 +22,9 @@ from .fake_engine import write_config_only_model
 from ..bench.arms import STOCK, Arm
 from ..config import KEYS
 from .clock import VirtualClock
+from .engine_settings import SimSettings
 
 _MODEL_DIRS: dict[int, Path] = {}
-
-
-@dataclass(frozen=True)
-class SimSettings:
-    """Engine settings every arm shares (the simulated ``vllm serve`` arguments), and the
-    simulated KV cache: ``kv_cache_tokens`` tokens of ``kv_bytes_per_token`` bytes each
-    (the bytes only shape the memory features an ONNX model reads)."""
-
-    max_num_batched_tokens: int = 256
-    max_num_seqs: int = 256
-    max_model_len: int = 4096
-    block_size: int = 16
-    kv_cache_tokens: int = 1 << 20
-    kv_bytes_per_token: int = 4096
-    enable_prefix_caching: bool = False
-    async_scheduling: bool = False
-    """vLLM's async engine: the next step is scheduled while one is in flight (GPUs)."""
-    long_prefill_token_threshold: int = 0
-    """vLLM's ``--long-prefill-token-threshold``: no request's chunk exceeds it (0: off,
-    vLLM's default with one partial prefill)."""
-    max_virtual_s: float = 86_400.0
-    """A run still unfinished at this virtual time stops and names its unfinished requests
-    (a policy that starves a request must not run forever)."""
-
-    @property
-    def num_blocks(self) -> int:
-        return max(self.kv_cache_tokens // self.block_size, 1)
 
 
 def _model_dir(max_model_len: int) -> Path:

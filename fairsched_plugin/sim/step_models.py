@@ -26,6 +26,7 @@ from ..predictor.runtime import LatencyPredictor
 from . import analytic
 from .batch import SimBatch
 from .hardware import Accelerator, PresetError, TransformerConfig, accelerator, model_config
+from .hardware import accelerator_key
 from .hardware import with_overrides
 
 MIB = float(1 << 20)
@@ -93,6 +94,8 @@ class AnalyticStepModel:
 
     config: TransformerConfig
     accelerator: Accelerator
+    device: str | None = None
+    """The accelerator preset's key, whose ``vllm serve`` defaults the engine takes."""
 
     @property
     def description(self) -> str:
@@ -116,7 +119,8 @@ def parse_step_model(spec: str) -> StepModel:
         parts = rest.split(":")
         if len(parts) < 2:
             raise PresetError(f"step model {spec!r}: use analytic:ACCEL:MODEL[:field=value...]")
-        acc = accelerator(parts[0])
+        device = accelerator_key(parts[0])
+        acc = accelerator(device)
         overrides = {}
         for item in parts[2:]:
             key, sep, value = item.partition("=")
@@ -126,7 +130,8 @@ def parse_step_model(spec: str) -> StepModel:
                 overrides[key] = float(value)
             except ValueError:
                 raise PresetError(f"step model {spec!r}: {key}={value!r} is not a number") from None
-        return AnalyticStepModel(model_config(parts[1]), with_overrides(acc, **overrides))
+        return AnalyticStepModel(model_config(parts[1]), with_overrides(acc, **overrides),
+                                 device)
     if kind == "linear":
         try:
             values = [float(x) / 1e3 for x in rest.split(":")]

@@ -26,13 +26,13 @@ import numpy as np
 from ..bench.arms import STOCK, parse_arm
 from ..bench.traces import at_rate
 from ..config import ConfigError, FairschedConfig
+from ..extras import available, note_no_plots
 from . import analytic
 from .capacity import find_capacity
 from .devices import DEVICES, serve_defaults
-from .engine import simulate
 from .hardware import MODEL_CONFIGS, accelerator, model_config
 from .scenarios import SCENARIOS, Scenario
-from .scheduler_factory import SimSettings
+from .engine_settings import SimSettings
 from .step_models import AnalyticStepModel
 from .suite_report import plot, render
 
@@ -144,6 +144,8 @@ class Results:
 def run_cell(case: Sequence[Any], model: AnalyticStepModel, settings: SimSettings, arm: str,
              rate: float) -> dict[str, Any]:
     """One arm at one rate: the run's metrics."""
+    from .engine import simulate  # vLLM and torch: only once a suite runs
+
     result = simulate(parse_arm(arm), at_rate(case, rate), model, settings, None)
     return run_metrics(result.run["requests"])
 
@@ -160,7 +162,7 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
     for g, (scenario_name, device, model_name, mode) in enumerate(groups, start=1):
         scenario = SCENARIOS[scenario_name]
         case = cases.setdefault(scenario_name, scenario.build(plan.num_requests))
-        model = AnalyticStepModel(model_config(model_name), accelerator(device))
+        model = AnalyticStepModel(model_config(model_name), accelerator(device), device)
         settings = group_settings(scenario, device, model, mode)
         label = f"{scenario_name} / {device} / {model_name} / {mode}"
         progress(f"[group {g}/{len(groups)}] {label}: budget "
@@ -172,7 +174,7 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
             "scenario": scenario_name, "device": device, "model": model_name, "mode": mode,
             "accelerator": model.accelerator.name, "step_model": model.description,
             "engine": asdict(settings), "capacity_rps": _r(capacity.rate),
-            "capacity_probes": [asdict(p) for p in capacity.probes],
+            "capacity": asdict(capacity),
         })
         for load in plan.loads:
             rate = _r(load * capacity.rate)  # as stored, so a rerun of the cell is exact
@@ -317,7 +319,10 @@ def main(args: argparse.Namespace) -> int:
         return 2
     results = json.loads(results_path.read_text())
     (args.out / "suite.md").write_text(render(results))
-    plots = plot(results, args.out / "plots")
-    print(f"results: {results_path}\ntable: {args.out / 'suite.md'}\n"
-          f"plots: {len(plots)} in {args.out / 'plots'}")
+    print(f"results: {results_path}\ntable: {args.out / 'suite.md'}")
+    if available("matplotlib"):
+        plots = plot(results, args.out / "plots")
+        print(f"plots: {len(plots)} in {args.out / 'plots'}")
+    else:
+        note_no_plots(f"table {args.out / 'suite.md'}")
     return 0

@@ -25,13 +25,14 @@ import numpy as np
 from ..bench.arms import STOCK, Arm, parse_arm, parse_arms
 from ..bench.cli import plugin_settings
 from ..bench.metrics import summarize_run
+from ..cli_types import positive_float, positive_int
 from ..config import ConfigError
 from ..predictor.runtime import PredictorError
+from ..extras import available, note_no_plots
+from ..user_files import output_dir
 from .cli import _with_service, add_engine_arguments, case_loader, settings_from_args
-from .engine import SimulationStalled
+from .engine_settings import SimulationStalled, describe
 from .hardware import PresetError
-from .matrix import run_matrix
-from .scheduler_factory import arm_additional_config
 from .step_models import parse_step_model
 
 DEFAULT_SPACE = (
@@ -121,9 +122,13 @@ def tune(arms: list[Arm], args: argparse.Namespace,
          progress: Callable[[str], None] | None = None) -> tuple[Candidate, list[Candidate]]:
     """Stock and every candidate on the same cases; candidates judged against stock."""
     model = parse_step_model(args.step_model)
-    settings = settings_from_args(args, model)
     cases_for = case_loader(args)
     cache = {r: cases_for(r) for r in range(args.repeat)}
+    settings, sources = settings_from_args(args, model)
+    print(describe(settings, sources))
+    # vLLM and torch load here, once the arguments and inputs are known to be good.
+    from .matrix import run_matrix
+
     runs, _ = run_matrix([parse_arm(STOCK), *arms], cache.__getitem__, model, settings,
                          repeat=args.repeat, trace=False, progress=progress)
     base = Candidate(STOCK, *metrics_of(runs[STOCK]))
@@ -171,16 +176,17 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--space", action="append", metavar="ARM",
                         help="candidate arm spec, {a,b} expands (repeatable; default: "
                              + "; ".join(DEFAULT_SPACE) + ")")
-    parser.add_argument("--repeat", type=int, default=1, help="workload seeds per candidate")
-    parser.add_argument("--max-p99-ratio", type=float, default=1.1,
+    parser.add_argument("--repeat", type=positive_int, default=1,
+                        help="workload seeds per candidate")
+    parser.add_argument("--max-p99-ratio", type=positive_float, default=1.1,
                         help="a candidate's P99 TTFT may be at most this ratio of stock's")
-    parser.add_argument("--max-e2e-ratio", type=float, default=1.0,
+    parser.add_argument("--max-e2e-ratio", type=positive_float, default=1.0,
                         help="a candidate's mean end-to-end latency may be at most this "
                              "ratio of stock's")
     parser.add_argument("--min-throughput-ratio", type=float, default=0.95,
                         help="a candidate's output throughput must be at least this ratio "
                              "of stock's")
-    parser.add_argument("--max-tpot-ratio", type=float, default=None,
+    parser.add_argument("--max-tpot-ratio", type=positive_float, default=None,
                         help="also cap the P99 request's time per output token at this "
                              "ratio of stock's (default: no cap; held decodes trade TPOT "
                              "for TTFT)")
@@ -194,13 +200,13 @@ def main(args: argparse.Namespace) -> int:
     specs = [s for spec in (args.space or DEFAULT_SPACE) for s in expand(spec)]
     try:
         arms = parse_arms(",".join(dict.fromkeys(specs)), plugin_settings(_with_service(args)))
+        output_dir(args.out)  # before the simulations, not after them
         base, candidates = tune(arms, args)
     except (ConfigError, PresetError, PredictorError, SimulationStalled, ValueError,
             OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     winner = best(candidates, base)
-    args.out.mkdir(parents=True, exist_ok=True)
     lines = ["| candidate | TTFT P50 (ms) | TTFT P99 (ms) | E2E mean (ms) | tok/s | "
              "P99 TPOT (ms) | P50 / P99 / E2E / tok/s / TPOT vs stock | feasible | frontier |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -214,12 +220,17 @@ def main(args: argparse.Namespace) -> int:
                      f"{'yes' if c.arm in front else ''} |")
     table = "\n".join(lines)
     print(table)
-    _plot(args.out / "tune.png", base, candidates, winner)
+    if available("matplotlib"):
+        _plot(args.out / "tune.png", base, candidates, winner)
+    else:
+        note_no_plots(f"table {args.out / 'tune.md'}")
     (args.out / "tune.md").write_text(table + "\n")
     if winner is None:
         print("no candidate meets the objective with a lower median TTFT than stock; "
               "stock vLLM stays best")
         return 1
+    from .scheduler_factory import arm_additional_config
+
     arm = next(a for a in arms if a.name == winner.arm)
     config = arm_additional_config(arm, None)
     (args.out / "best.json").write_text(json.dumps(config) + "\n")
