@@ -51,5 +51,5 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
 
 def note_no_plots(what: str) -> None:
     """Say once, on stderr, that a run wrote no plots, and how to get them."""
-    print(f"note: {what} written without plots: matplotlib is not installed "
-          f"({INSTALL_HINT.format(extra='bench')})", file=sys.stderr)
+    print(f"note: {what} written without plots: matplotlib is not installed; the 'bench' "
+          f"extra installs it: {INSTALL_HINT.format(extra='bench')}", file=sys.stderr)

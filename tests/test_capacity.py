@@ -10,9 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from fairsched_plugin.bench.pairs import request_class
 from fairsched_plugin.bench.traces import read_trace, trace_case, window
-from fairsched_plugin.bench.workloads import WorkloadRequest
 from fairsched_plugin.sim.capacity import (
     SERVED,
     WindowTooSmall,
@@ -25,14 +23,9 @@ from fairsched_plugin.sim.scenarios import SCENARIOS
 from fairsched_plugin.sim.step_models import AnalyticStepModel, LinearStepModel
 from fairsched_plugin.sim.suite import group_settings
 
+from sim_cases import token_case
+
 STEP = LinearStepModel(base_s=0.002, per_token_s=0.0001)
-
-
-def _case(specs: list[tuple[float, int, int]]) -> list[WorkloadRequest]:
-    return [WorkloadRequest(id=f"r{i:04d}", arrival_s=a, prompt="", prompt_tokens=p,
-                            output_tokens=o, tier=0, category="test",
-                            request_class=request_class(p))
-            for i, (a, p, o) in enumerate(specs)]
 
 
 def test_the_saturated_rate_is_the_one_worked_out_by_hand() -> None:
@@ -40,7 +33,7 @@ def test_the_saturated_rate_is_the_one_worked_out_by_hand() -> None:
     whole prefills in the 256-token budget, and each request completes with its prefill
     step. The oracle: ceil(SERVED * n / 4) steps of base + 256 per-token costs."""
     n = 400
-    case = _case([(0.01 * i, 64, 1) for i in range(n)])
+    case = token_case([(0.01 * i, 64, 1) for i in range(n)])
     settings = SimSettings(max_num_batched_tokens=256, max_num_seqs=4, block_size=16)
     found = find_capacity(case, STEP, settings)
     count = math.ceil(SERVED * n)
@@ -52,7 +45,7 @@ def test_the_saturated_rate_is_the_one_worked_out_by_hand() -> None:
 
 def test_the_backlog_stops_growing_below_capacity_and_grows_above_it() -> None:
     arrivals = np.cumsum(np.random.default_rng(0).exponential(0.01, 600))
-    case = _case([(float(a), 40 + (i * 37) % 300, 8 + i % 9)
+    case = token_case([(float(a), 40 + (i * 37) % 300, 8 + i % 9)
                   for i, a in enumerate(arrivals)])
     settings = SimSettings(max_num_batched_tokens=256, max_num_seqs=32)
     found = find_capacity(case, STEP, settings)
@@ -68,11 +61,11 @@ def test_the_backlog_stops_growing_below_capacity_and_grows_above_it() -> None:
 
 def test_a_window_stock_can_hold_at_once_is_refused_with_the_size_that_works() -> None:
     settings = SimSettings(max_num_batched_tokens=256, max_num_seqs=32)
-    small = _case([(0.01 * i, 60, 8) for i in range(20)])
+    small = token_case([(0.01 * i, 60, 8) for i in range(20)])
     with pytest.raises(WindowTooSmall, match=r"use at least about (\d+) requests") as info:
         find_capacity(small, STEP, settings)
     suggested = int(str(info.value).rsplit("about ", 1)[1].split()[0])
-    big = _case([(0.01 * i, 60, 8) for i in range(suggested)])
+    big = token_case([(0.01 * i, 60, 8) for i in range(suggested)])
     assert find_capacity(big, STEP, settings).rate > 0
 
 
@@ -83,6 +76,6 @@ def test_capacity_on_a_production_trace_does_not_move_with_the_window(trace: str
     model = AnalyticStepModel(model_config("qwen3-8b"), accelerator("h100"), "h100")
     settings = group_settings(SCENARIOS["azure-conv"], "h100", model, "async")
     rows = read_trace(trace)
-    rates = [find_capacity(trace_case(window(rows, n), trace), model, settings).rate
+    rates = [find_capacity(tracetoken_case(window(rows, n), trace), model, settings).rate
              for n in (1000, 1200, 1500)]
     assert max(rates) / min(rates) <= 1.05, rates

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from fairsched_plugin.bench.arms import parse_arm
-from fairsched_plugin.bench.workloads import WorkloadRequest
 from fairsched_plugin.sim import published
 from fairsched_plugin.sim.clock import VirtualClock
 from fairsched_plugin.sim.devices import serve_defaults
@@ -20,27 +19,20 @@ from fairsched_plugin.sim.engine_settings import SimSettings
 from fairsched_plugin.sim.scheduler_factory import make_arm_scheduler
 from fairsched_plugin.sim.step_models import LinearStepModel, parse_step_model
 
+from sim_cases import token_case
+
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / (
     "2026-12-05-suite-quick")
 STEP = LinearStepModel(base_s=0.002, per_token_s=0.0001)
 
 
-def _case(specs: list[tuple[float, int, int]]) -> list[WorkloadRequest]:
-    from fairsched_plugin.bench.pairs import request_class
-
-    return [WorkloadRequest(id=f"r{i:03d}", arrival_s=a, prompt="", prompt_tokens=p,
-                            output_tokens=o, tier=0, category="test",
-                            request_class=request_class(p))
-            for i, (a, p, o) in enumerate(specs)]
-
-
 def test_a_prompt_up_to_max_model_len_simulates_and_a_longer_one_is_rejected() -> None:
     settings = SimSettings(max_num_batched_tokens=8192, max_num_seqs=64,
                            max_model_len=131_072, kv_cache_tokens=400_000)
-    case = _case([(0.0, 120_000, 4), (0.01, 100, 4), (0.02, 140_000, 4), (0.03, 33_000, 4)])
+    case = token_case([(0.0, 120_000, 4), (0.01, 100, 4), (0.02, 140_000, 4), (0.03, 33_000, 4)])
     run = simulate(parse_arm("stock"), case, STEP, settings).run
     errors = {r["id"]: r["error"] for r in run["requests"]}
-    assert errors == {"r000": None, "r001": None, "r002": TOO_LONG, "r003": None}
+    assert errors == {"r0000": None, "r0001": None, "r0002": TOO_LONG, "r0003": None}
     assert all(r["output_tokens"] == 4 for r in run["requests"] if r["error"] is None)
 
 
@@ -61,13 +53,13 @@ def test_async_outputs_arrive_a_step_late_for_a_request_that_lands_mid_step() ->
     """B arrives while A's prefill step runs. Sync: B joins the next step, scheduled when
     that one ends. Async: the next step was scheduled when A's began, before B arrived, so
     B joins the one after."""
-    case = _case([(0.0, 40, 30), (0.001, 10, 3)])
+    case = token_case([(0.0, 40, 30), (0.001, 10, 3)])
     settings = SimSettings(max_num_batched_tokens=64, max_num_seqs=16)
     ttft = {}
     for mode in (False, True):
         run = simulate(parse_arm("stock"), case, STEP,
                        SimSettings(**{**settings.__dict__, "async_scheduling": mode})).run
-        row = next(r for r in run["requests"] if r["id"] == "r001")
+        row = next(r for r in run["requests"] if r["id"] == "r0001")
         ttft[mode] = row["first_token_s"] - row["arrival_s"]
         assert all(r["output_tokens"] == r["target_output_tokens"] for r in run["requests"])
     a_decode_alone = STEP.base_s + STEP.per_token_s
