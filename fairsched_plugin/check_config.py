@@ -46,6 +46,7 @@ from .policies.registry import make_policy
 from .predictor.environment import vllm_version
 from .predictor.profiling import ProfileError, check_resumable
 from .predictor.runtime import LatencyPredictor, PredictorError
+from .user_files import UserFileError, read_text
 
 VERB = "check-config"
 EXIT_OK = 0
@@ -133,11 +134,9 @@ def read_additional_config(text: str, origin: str) -> dict[str, Any]:
 def read_file(path: Path) -> dict[str, Any]:
     """The ``--additional-config`` object stored in the file at ``path``."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise UnreadableInput(f"fairsched {VERB}: --file {path}: cannot read it ({reason})") \
-            from None
+        text = read_text(path)
+    except UserFileError as exc:  # its message starts with the path
+        raise UnreadableInput(f"fairsched {VERB}: --file {exc}") from None
     return read_additional_config(text, f"--file {path}")
 
 

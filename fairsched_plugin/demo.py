@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .bench.openai_stream import stream_completion
 from .bench.server import running_server
+from .cli_types import positive_int
 from .sharegpt import iter_conversations
 from .model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
+from .user_files import output_dir
 
 ACTIVE_MARKER = "fairsched: scheduler"
 
@@ -34,9 +37,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                       help="the tiny model's directory (built there if missing)")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"),
                       help="directory for the server log")
-    demo.add_argument("--requests", type=int, default=8,
+    demo.add_argument("--requests", type=positive_int, default=8,
                       help="prompts sent at once")
-    demo.add_argument("--max-tokens", type=int, default=32,
+    demo.add_argument("--max-tokens", type=positive_int, default=32,
                       help="tokens generated per prompt")
     demo.set_defaults(func=main)
 
@@ -54,7 +57,12 @@ def sharegpt_prompts(count: int) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    model_dir = build_tiny_model(args.model_dir)
+    try:
+        output_dir(args.out)  # the server writes its log there
+        model_dir = build_tiny_model(args.model_dir)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     prompts = sharegpt_prompts(args.requests)
     engine_args = [
         "--scheduler-cls", "fairsched_plugin.FairScheduler",

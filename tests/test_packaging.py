@@ -186,7 +186,7 @@ def test_the_wheel_runs_the_scheduler_without_onnxruntime(wheel_venv, tmp_path):
                                       "predictor": {"path": str(tmp_path / "m.onnx")}}, env)
     assert "ERROR PredictorError" in out
     assert "needs ONNX Runtime, which is not installed" in out
-    assert "fairsched-plugin[predictor]" in out
+    assert "fairsched_plugin-VERSION-py3-none-any.whl[predictor]" in out
 
 
 @pytest.mark.slow
@@ -300,13 +300,14 @@ def test_a_broken_onnxruntime_build_is_named_with_its_fix(monkeypatch):
     message = str(info.value)
     assert "fails to import (ImportError: numpy.core.multiarray failed to import)" in message
     assert "pip uninstall onnxruntime-cann" in message
-    assert "fairsched-plugin[predictor]" in message
+    assert "pip install '.[predictor]' in a checkout" in message
 
 
 def test_a_missing_onnxruntime_names_the_extras(monkeypatch):
     from fairsched_plugin.predictor.runtime import PredictorError, onnxruntime
 
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import raises ModuleNotFoundError
-    with pytest.raises(PredictorError, match=r"needs ONNX Runtime, which is not installed.*"
-                                             r"fairsched-plugin\[predictor\] \(CPU\)"):
+    with pytest.raises(PredictorError, match=r"needs ONNX Runtime, which is not installed; "
+                                             r"install the 'predictor' extra.*"
+                                             r"py3-none-any\.whl\[predictor\]' from a wheel"):
         onnxruntime()

@@ -7,9 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+from ..cli_types import positive_float, positive_int
 from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
 from ..config import ENV_PREFIX, SERVICE_MODES
+from ..user_files import output_dir
 from .arms import ARMS_HELP, parse_arms
 from .pairs import PairPool, load_tokenizer, read_pool, write_pool
 from .report import analyse_runs, render_markdown, write_report
@@ -49,7 +51,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     add_trace_arguments(bench, case)
     add_sampling_arguments(bench, seed_help="workload seed: arrivals and the pairs drawn",
                            rate_help="(0.1 suits the CPU engine)")
-    bench.add_argument("--repeat", type=int, default=1, help="interleaved repeats per arm")
+    bench.add_argument("--repeat", type=positive_int, default=1,
+                       help="interleaved repeats per arm")
     bench.add_argument("--out", type=Path, default=Path("runs/bench"),
                        help="directory for the cases, server logs, runs and report")
     bench.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
@@ -63,18 +66,19 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--service", choices=SERVICE_MODES,
                        help="plugin service mode for every plugin arm (FAIRSCHED_SERVICE; "
                             "default: the plugin's, budget)")
-    bench.add_argument("--max-batch-size", type=int,
+    bench.add_argument("--max-batch-size", type=positive_int,
                        help="requests served per step with --service ranked (default: the "
                             "plugin's, 16)")
     bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="plugin config for every plugin arm, dotted key "
                             "(e.g. --set lprs.target_ms=30 --set predictor.path=m.onnx)")
-    bench.add_argument("--target-ms", type=float,
+    bench.add_argument("--target-ms", type=positive_float,
                        help="score every arm's step times against this latency target "
                             "(default: lprs.target_ms when set)")
     bench.add_argument("--engine-arg", action="append", default=[],
                        help="extra vLLM argument, repeatable (e.g. --engine-arg=--enforce-eager)")
-    bench.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")
+    bench.add_argument("--timeout", type=positive_float, default=600.0,
+                       help="per-request timeout (s)")
     bench.add_argument("--vllm-bench", action="store_true",
                        help="after each replay, replay the same case with vLLM's own client "
                             "(vllm bench serve, Poisson at the case's mean rate) on the same "
@@ -127,15 +131,15 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, seed_help: str,
     """How a case is drawn from its workload: the options ``bench``, ``simulate`` and
     ``tune`` share, so the same flags build the same cases everywhere."""
     parser.add_argument("--seed", type=int, default=0, help=seed_help)
-    parser.add_argument("--num-requests", type=int,
+    parser.add_argument("--num-requests", type=positive_int,
                         help="requests per case (default: each workload's own; with --trace "
                              "the window's size)")
     parser.add_argument("--rate-scale", type=_scales, default=[1.0], metavar="X[,X...]",
                         help=" ".join(filter(None, ["multiply every arrival rate", rate_help]))
                              + "; several values replay each workload at each load level")
-    parser.add_argument("--max-prompt-tokens", type=int,
+    parser.add_argument("--max-prompt-tokens", type=positive_int,
                         help="draw no pair with a longer prompt (default: no limit)")
-    parser.add_argument("--max-output-tokens", type=int,
+    parser.add_argument("--max-output-tokens", type=positive_int,
                         help="draw no pair with a longer response (default: no limit)")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="override a workload parameter (JSON value; repeatable)")
@@ -216,11 +220,12 @@ def main(args: argparse.Namespace) -> int:
         arms = parse_arms(args.arms, plugin_settings(args))
         if args.base_url is None and args.model_dir == DEFAULT_MODEL_DIR:
             build_tiny_model(args.model_dir)
+        output_dir(args.out)  # before a pool is tokenized, which takes minutes
         cases = load_cases(args)
+        write_cases(args.out, cases)
     except (ConfigError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    write_cases(args.out, cases)
     engine = EngineSettings.from_args(args)
     if args.base_url:
         runs = run_external(

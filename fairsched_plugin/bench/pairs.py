@@ -14,6 +14,7 @@ back; ``write_pool``/``read_pool`` let a runner keep a pool as JSON Lines and re
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -24,6 +25,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from fairsched_plugin.sharegpt import SharegptReadStats, iter_conversations
+from fairsched_plugin.user_files import read_text
 from fairsched_plugin.policies.output_estimate import CLASSES as REQUEST_CLASSES
 from fairsched_plugin.policies.output_estimate import prompt_class as request_class
 
@@ -131,7 +133,10 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
         raise FileNotFoundError(f"no tokenizer.json at {file}")
-    return Tokenizer.from_file(str(file))
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as exc:  # tokenizers raises a bare Exception for any bad file
+        raise ValueError(f"{file}: not a tokenizer.json ({exc})") from None
 
 
 def iter_raw_pairs(
@@ -275,13 +280,31 @@ def write_pool(path: Path, pool: PairPool) -> None:
 
 
 def read_pool(path: Path) -> PairPool:
-    """Read what ``write_pool`` wrote; a file of another kind or format is refused."""
-    with open(path, encoding="utf-8") as f:
-        header = json.loads(f.readline() or "null")
-        if not isinstance(header, dict) or header.get("kind") != POOL_KIND:
-            raise ValueError(f"{path}: not a pair pool (no {POOL_KIND!r} header line)")
-        if header.get("format") != POOL_FORMAT:
-            raise ValueError(f"{path}: pool format {header.get('format')}, expected {POOL_FORMAT}")
-        pairs = [Pair(**json.loads(line)) for line in f if line.strip()]
-    return PairPool(pairs, PoolStats(**header["stats"]), header["tokenizer"],
-                    header.get("sharegpt"))
+    """Read what ``write_pool`` wrote; a file of another kind or format is refused, and a
+    line that is not a pair is named (``ValueError``)."""
+    lines = io.StringIO(read_text(path), newline=None)
+    try:
+        header = json.loads(lines.readline() or "null")
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or header.get("kind") != POOL_KIND:
+        raise ValueError(f"{path}: not a pair pool (no {POOL_KIND!r} header line)")
+    if header.get("format") != POOL_FORMAT:
+        raise ValueError(f"{path}: pool format {header.get('format')}, expected {POOL_FORMAT}")
+    try:
+        stats, tokenizer = PoolStats(**header["stats"]), str(header["tokenizer"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path}:1: not a pool header ({type(exc).__name__}: {exc})") from None
+    pairs = [_pool_pair(path, number, line)
+             for number, line in enumerate(lines, start=2) if line.strip()]
+    return PairPool(pairs, stats, tokenizer, header.get("sharegpt"))
+
+
+def _pool_pair(path: Path, number: int, line: str) -> Pair:
+    """Line ``number`` of a pool, or a ``ValueError`` naming it."""
+    try:
+        return Pair(**json.loads(line))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+    except TypeError as exc:  # not an object, or other keys than a pair's
+        raise ValueError(f"{path}:{number}: not a pair ({exc})") from None

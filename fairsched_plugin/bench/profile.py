@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
+from ..cli_types import positive_float, positive_int
 from ..config import MEMORY_PROVIDERS
-from ..predictor.profiling import read_profile
+from ..predictor.profiling import check_resumable, read_profile
+from ..user_files import output_file
 from .server import add_engine_limit_arguments
 
 if TYPE_CHECKING:
@@ -103,7 +105,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                     "existing profile of the same memory provider is resumed.")
     profile.add_argument("--out", type=Path, required=True,
                          help="the profile CSV (resumed if it exists)")
-    profile.add_argument("--samples", type=int, required=True, help="steps to record")
+    profile.add_argument("--samples", type=positive_int, required=True, help="steps to record")
     profile.add_argument("--memory", choices=MEMORY_PROVIDERS, default="auto",
                          help="memory-feature provider (profile.memory)")
     profile.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
@@ -111,13 +113,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     profile.add_argument("--pool", type=Path,
                          help="ShareGPT pair pool (JSONL); built from --model-dir and saved "
                               "here if missing")
-    profile.add_argument("--phase-requests", type=int, default=32,
+    profile.add_argument("--phase-requests", type=positive_int, default=32,
                          help="requests per phase")
-    profile.add_argument("--rate-scale", type=float, default=1.0,
+    profile.add_argument("--rate-scale", type=positive_float, default=1.0,
                          help="multiply every phase's arrival rate (faster hardware: > 1)")
-    profile.add_argument("--max-prompt-tokens", type=int, default=2048,
+    profile.add_argument("--max-prompt-tokens", type=positive_int, default=2048,
                          help="draw no pair with a longer prompt")
-    profile.add_argument("--max-output-tokens", type=int, default=128,
+    profile.add_argument("--max-output-tokens", type=positive_int, default=128,
                          help="draw no pair with a longer response")
     profile.add_argument("--seed", type=int, default=0, help="seed of the phases' traffic")
     add_engine_limit_arguments(profile)
@@ -125,7 +127,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                          help="vLLM's model dtype (--dtype); float32 suits the CPU engine")
     profile.add_argument("--engine-arg", action="append", default=[],
                          help="extra vLLM argument, repeatable (e.g. --engine-arg=--enforce-eager)")
-    profile.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")
+    profile.add_argument("--timeout", type=positive_float, default=600.0,
+                         help="per-request timeout (s)")
     add_pool_arguments(profile)
     profile.set_defaults(func=main)
 
@@ -136,16 +139,17 @@ def main(args: argparse.Namespace) -> int:
     from .runner import EngineSettings
     from .server import ServerError, running_server
 
-    if args.samples < 1 or args.phase_requests < 1 or not args.rate_scale > 0:
-        print("error: --samples and --phase-requests must be >= 1, --rate-scale > 0",
-              file=sys.stderr)
-        return 2
     out = args.out.resolve()
-    counter = RowCounter(out)
-    if counter.count() >= args.samples:
-        print(f"{out} already has {counter.count()} samples (>= {args.samples}); nothing to do")
-        return 0
     try:
+        # The server writes the profile and its log beside it: the folder must exist.
+        output_file(out)
+        # An existing file the server could not append to stops its start-up: say so now.
+        check_resumable(out, None if args.memory == "auto" else args.memory)
+        counter = RowCounter(out)
+        if counter.count() >= args.samples:
+            print(f"{out} already has {counter.count()} samples (>= {args.samples}); "
+                  "nothing to do")
+            return 0
         if args.model_dir == DEFAULT_MODEL_DIR:
             build_tiny_model(args.model_dir)
         pool = load_pool(args)

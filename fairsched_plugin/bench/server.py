@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cli_types import positive_int
+
 READY_TIMEOUT_S = 600.0
 KEEP_ALIVE_S = 75
 """Seconds a benchmark server keeps an idle connection: longer than any client's."""
@@ -203,11 +205,12 @@ def _tail(text: str, lines: int = 40) -> str:
 
 
 def add_engine_limit_arguments(parser: argparse.ArgumentParser) -> None:
-    """vLLM's limits for the engine a command starts or simulates (``bench``,
-    ``profile``, ``simulate``, ``tune``); the defaults suit the project's CPU engine."""
-    parser.add_argument("--max-num-batched-tokens", type=int, default=256,
+    """vLLM's limits for the engine a command starts (``bench``, ``profile``); the
+    defaults suit the project's CPU engine. A limit below 1 is refused here rather than
+    by the server, after its start-up."""
+    parser.add_argument("--max-num-batched-tokens", type=positive_int, default=256,
                         help="vLLM's token budget per step (--max-num-batched-tokens)")
-    parser.add_argument("--max-num-seqs", type=int, default=256,
+    parser.add_argument("--max-num-seqs", type=positive_int, default=256,
                         help="vLLM's limit on running requests (--max-num-seqs)")
-    parser.add_argument("--max-model-len", type=int, default=4096,
+    parser.add_argument("--max-model-len", type=positive_int, default=4096,
                         help="vLLM's context length (--max-model-len)")

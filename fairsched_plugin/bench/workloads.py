@@ -70,6 +70,7 @@ Details that hold for every workload:
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import sys
@@ -94,6 +95,8 @@ from fairsched_plugin.bench.pairs import (
     request_class,
     write_pool,
 )
+from fairsched_plugin.cli_types import positive_float, positive_int
+from fairsched_plugin.user_files import output_file, read_text
 
 # --------------------------------------------------------------------------- case format
 
@@ -196,20 +199,22 @@ def read_case(path: Path) -> list[WorkloadRequest]:
     """Read and validate a case; errors name the file, the line and the key."""
     requests: list[WorkloadRequest] = []
     seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                request = WorkloadRequest.from_json(line)
-            except CaseFormatError as exc:
-                raise CaseFormatError(f"{path}:{number}: {exc}") from None
-            if request.id in seen:
-                raise CaseFormatError(
-                    f"{path}:{number}: key 'id' {request.id!r} repeats line {seen[request.id]}"
-                )
-            seen[request.id] = number
-            requests.append(request)
+    # Lines as a file opened in text mode gives them (str.splitlines would also split at
+    # a U+2028 in a prompt).
+    lines = io.StringIO(read_text(path, CaseFormatError), newline=None)
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            request = WorkloadRequest.from_json(line)
+        except CaseFormatError as exc:
+            raise CaseFormatError(f"{path}:{number}: {exc}") from None
+        if request.id in seen:
+            raise CaseFormatError(
+                f"{path}:{number}: key 'id' {request.id!r} repeats line {seen[request.id]}"
+            )
+        seen[request.id] = number
+        requests.append(request)
     return requests
 
 
@@ -922,13 +927,15 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--out", type=Path, required=True, help="the case file to write (JSONL)")
     build.add_argument("--seed", type=int, default=0,
                        help="seed of the arrivals and of the pairs drawn")
-    build.add_argument("--num-requests", type=int,
+    build.add_argument("--num-requests", type=positive_int,
                        help="requests in the case (default: the workload's own, see "
                             "'workload list'; with --trace the window's size)")
-    build.add_argument("--rate-scale", type=float, default=1.0,
+    build.add_argument("--rate-scale", type=positive_float, default=1.0,
                        help="multiply every arrival rate (about 0.1 for the tiny CPU engine)")
-    build.add_argument("--max-prompt-tokens", type=int, help="draw no pair with a longer prompt")
-    build.add_argument("--max-output-tokens", type=int, help="draw no pair with a longer response")
+    build.add_argument("--max-prompt-tokens", type=positive_int,
+                       help="draw no pair with a longer prompt")
+    build.add_argument("--max-output-tokens", type=positive_int,
+                       help="draw no pair with a longer response")
     build.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                        help="override a workload parameter; VALUE is JSON (repeatable)")
     add_pool_arguments(build)
@@ -948,9 +955,9 @@ def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("pool building (not with --pool)")
     group.add_argument("--sharegpt", type=Path,
                        help="ShareGPT JSON (default: the packaged file)")
-    group.add_argument("--max-pairs", type=int,
+    group.add_argument("--max-pairs", type=positive_int,
                        help="stop reading once this many pairs are kept (default: read all)")
-    group.add_argument("--pair-cap", type=int, default=DEFAULT_MAX_TOKENS,
+    group.add_argument("--pair-cap", type=positive_int, default=DEFAULT_MAX_TOKENS,
                        help="drop pairs with more prompt or response tokens")
     group.add_argument("--tier-weights", type=_floats, metavar="W0,W1,...",
                        help="assign seeded service tiers 0,1,... with these weights "
@@ -1012,8 +1019,9 @@ def write_vllm_custom(path: Path, requests: Sequence[WorkloadRequest]) -> int:
 def main_export_vllm(args: argparse.Namespace) -> int:
     """CLI entry: convert a case for ``vllm bench serve``."""
     try:
-        written = write_vllm_custom(args.out, read_case(args.case))
-    except (OSError, CaseFormatError) as exc:
+        requests = read_case(args.case)
+        written = write_vllm_custom(output_file(args.out), requests)
+    except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {written} requests to {args.out}")
@@ -1029,11 +1037,11 @@ def main_list(args: argparse.Namespace) -> int:
 def main_pool(args: argparse.Namespace) -> int:
     """CLI entry: build the pair pool and save it for reuse."""
     try:
-        pool = pool_from_args(args)
+        output_file(args.out)  # before tokenizing, which takes minutes
+        write_pool(args.out, pool_from_args(args))
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    write_pool(args.out, pool)
     print(f"wrote {args.out}")
     return 0
 
@@ -1063,6 +1071,7 @@ def main_build(args: argparse.Namespace) -> int:
 
     try:
         check_trace_arguments(args)
+        output_file(args.out)  # before a pool is tokenized, which takes minutes
         if args.trace:
             if args.trace_rate is not None and len(args.trace_rate) > 1:
                 raise ValueError("--trace-rate: one rate per case file")
@@ -1075,9 +1084,9 @@ def main_build(args: argparse.Namespace) -> int:
             if args.model_dir is None and args.pool is None:
                 raise ValueError("--name needs --model-dir or --pool")
             requests = build_workload_from_args(args.name, pool_from_args(args), args)
+        write_case(args.out, requests)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    write_case(args.out, requests)
     print(f"wrote {args.out}: {case_summary(requests)}")
     return 0

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..cli_types import positive_int
+from ..user_files import output_dir, output_file
 from .dataset import DatasetConfig, clean, prepare
 from .evaluate import accuracy_metrics, markdown_table, write_evaluation
 from .features import feature_matrix, feature_ranges
@@ -67,7 +69,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                        help="loss multiplier for under-prediction (> 1)")
     model.add_argument("--huber-delta", type=float, default=1.0,
                        help="Huber transition point (ms)")
-    model.add_argument("--threads", type=int, default=1,
+    model.add_argument("--threads", type=positive_int, default=1,
                        help="torch threads; this MLP gains nothing from more, and on a busy "
                             "machine extra threads mostly wait on each other")
     train.set_defaults(func=main_train)
@@ -121,8 +123,6 @@ def main_train(args: argparse.Namespace) -> int:
             patience=args.patience, under_weight=args.under_weight,
             huber_delta_ms=args.huber_delta, seed=args.seed,
         )
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
         raw, latency, meta = read_profile(args.profile)
         dataset_config = DatasetConfig(
             bucket_width=args.bucket_width, max_bucket_ratio=args.max_bucket_ratio,
@@ -130,6 +130,9 @@ def main_train(args: argparse.Namespace) -> int:
             outlier_iqr=args.outlier_iqr, weight_power=args.weight_power, seed=args.seed,
         )
         data = prepare(raw, latency, dataset_config)
+        # Before training, not after it: the model and the report go here.
+        output_file(args.out)
+        output_dir(report_dir)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -155,7 +158,6 @@ def main_train(args: argparse.Namespace) -> int:
     # Evaluate the exported file as the scheduler will load it, not the torch model.
     predictor = LatencyPredictor.load(args.out, expected_memory_provider=meta["memory_provider"])
     served = predictor.predict(data.test.features)
-    report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "history.json").write_text(json.dumps(result.history) + "\n")
     metrics = write_evaluation(
         report_dir, data.test.latency_ms, served, "Latency predictor, held-out test split",
@@ -182,6 +184,7 @@ def main_eval(args: argparse.Namespace) -> int:
         kept, dropped = clean(raw, latency, config)
         if len(kept) == 0:
             raise ValueError(f"no usable samples in {', '.join(map(str, args.profile))}")
+        output_dir(args.out)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

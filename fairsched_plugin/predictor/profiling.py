@@ -12,14 +12,16 @@ profiling run can be resumed into the same file.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+from ..user_files import read_text
 from .environment import hardware_description, vllm_version
 from .features import NUM_RAW, RAW_FEATURES
 
@@ -76,7 +78,7 @@ def check_resumable(path: Path, memory_provider: str | None) -> bool:
     to ask which provider it reads)."""
     if not (path.exists() and path.stat().st_size > 0):
         return False
-    _check_header(path)
+    _check_header(path, next(_csv_rows(path), []))
     existing = _read_meta(path)
     if memory_provider is not None and existing["memory_provider"] != memory_provider:
         raise ProfileError(
@@ -115,23 +117,37 @@ def read_profile(
 
 def _read_meta(path: Path) -> dict[str, Any]:
     sidecar = meta_path(path)
-    try:
-        meta = json.loads(sidecar.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not sidecar.exists():
         raise ProfileError(
             f"profile {path}: its metadata file {sidecar} is missing (it records the memory "
             "provider the rows were measured with)"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        )
+    try:
+        meta = json.loads(read_text(sidecar, _prefixed(f"profile {path}: metadata file ")))
+    except json.JSONDecodeError as exc:
         raise ProfileError(f"profile {path}: unreadable metadata file {sidecar} ({exc})") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("memory_provider"), str):
         raise ProfileError(f"profile {path}: metadata file {sidecar} has no 'memory_provider'")
     return meta
 
 
-def _check_header(path: Path) -> None:
-    with open(path, encoding="utf-8", newline="") as file:
-        header = next(csv.reader(file), [])
+def _prefixed(prefix: str) -> Callable[[str], ProfileError]:
+    """The error ``user_files.read_text`` raises for a profile's file that cannot be read
+    as text: its message (which names the file) after ``prefix``."""
+    return lambda message: ProfileError(prefix + message)
+
+
+def _csv_rows(path: Path) -> Iterator[list[str]]:
+    """The profile's CSV rows, its header first. Read as text first: a binary or
+    compressed file is a ProfileError naming it, not a UnicodeDecodeError mid-parse."""
+    reader = csv.reader(io.StringIO(read_text(path, _prefixed("profile ")), newline=""))
+    try:
+        yield from reader
+    except csv.Error as exc:  # not a ValueError: an overlong field, say
+        raise ProfileError(f"profile {path}, line {reader.line_num}: not CSV ({exc})") from None
+
+
+def _check_header(path: Path, header: list[str]) -> None:
     if tuple(header) == COLUMNS:
         return
     missing = [c for c in COLUMNS if c not in header]
@@ -149,18 +165,16 @@ def _check_header(path: Path) -> None:
 
 
 def _read_rows(path: Path) -> np.ndarray:
-    _check_header(path)
+    reader = _csv_rows(path)
+    _check_header(path, next(reader, []))
     rows = []
-    with open(path, encoding="utf-8", newline="") as file:
-        reader = csv.reader(file)
-        next(reader)
-        for line, row in enumerate(reader, start=2):
-            if len(row) != len(COLUMNS):
-                raise ProfileError(
-                    f"profile {path}, line {line}: {len(row)} fields, expected {len(COLUMNS)}"
-                )
-            try:
-                rows.append([float(value) for value in row])
-            except ValueError as exc:
-                raise ProfileError(f"profile {path}, line {line}: {exc}") from None
+    for line, row in enumerate(reader, start=2):
+        if len(row) != len(COLUMNS):
+            raise ProfileError(
+                f"profile {path}, line {line}: {len(row)} fields, expected {len(COLUMNS)}"
+            )
+        try:
+            rows.append([float(value) for value in row])
+        except ValueError as exc:
+            raise ProfileError(f"profile {path}, line {line}: {exc}") from None
     return np.array(rows, dtype=np.float64).reshape(-1, len(COLUMNS))

@@ -41,6 +41,7 @@ import numpy as np
 if TYPE_CHECKING:
     import onnxruntime as ort
 
+from ..extras import INSTALL_HINT
 from .features import FEATURE_NAMES, NUM_FEATURES
 from .model_format import FORMAT_VERSION, INPUT_NAME, METADATA_KEY, OUTPUT_NAME
 
@@ -92,8 +93,11 @@ class PredictorError(ValueError):
     """A latency model that cannot be served; the message names the file and the problem."""
 
 
-PREDICTOR_EXTRAS = ("fairsched-plugin[predictor] (CPU), fairsched-plugin[predictor-cuda] or "
-                    "fairsched-plugin[predictor-cann]")
+PREDICTOR_INSTALL = ("the 'predictor' extra (ONNX Runtime for the CPU; 'predictor-cuda' "
+                     "or 'predictor-cann' for a device provider): "
+                     + INSTALL_HINT.format(extra="predictor"))
+"""How to install ONNX Runtime with the plugin. The package is on no index, so the
+extra is installed from the wheel file or a checkout (``extras.INSTALL_HINT``)."""
 
 
 def onnxruntime() -> Any:
@@ -108,7 +112,7 @@ def onnxruntime() -> Any:
             raise _broken_onnxruntime(exc) from None
         raise PredictorError(
             "the latency predictor (LPRS, predictor.path) needs ONNX Runtime, which is not "
-            f"installed; install one of {PREDICTOR_EXTRAS}"
+            f"installed; install {PREDICTOR_INSTALL}"
         ) from None
     except Exception as exc:  # a build compiled against another numpy, a missing library
         raise _broken_onnxruntime(exc) from None
@@ -119,9 +123,9 @@ def _broken_onnxruntime(exc: BaseException) -> PredictorError:
     return PredictorError(
         f"ONNX Runtime is installed but fails to import ({type(exc).__name__}: {exc}). "
         "onnxruntime-cann 1.24 needs numpy<2, which vLLM's dependencies do not allow; "
-        "install the CPU build instead (pip uninstall onnxruntime-cann && pip install "
-        "'fairsched-plugin[predictor]'), which serves the latency model on the host CPU, "
-        "the recommended provider on Ascend"
+        "install the CPU build instead (pip uninstall onnxruntime-cann, then "
+        f"{INSTALL_HINT.format(extra='predictor')}), which serves the latency model on the "
+        "host CPU, the recommended provider on Ascend"
     )
 
 
