@@ -22,7 +22,7 @@ from fairsched_plugin.sim.step_models import LinearStepModel, parse_step_model
 from sim_cases import token_case
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / (
-    "2026-12-05-suite-quick")
+    "2026-12-06-suite-quick")
 STEP = LinearStepModel(base_s=0.002, per_token_s=0.0001)
 
 

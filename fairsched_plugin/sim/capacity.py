@@ -34,6 +34,7 @@ from ..bench.arms import STOCK, Arm
 from ..bench.traces import at_rate
 from ..bench.workloads import WorkloadRequest
 from ..config import ConfigError
+from ..user_files import output_file
 from .cli import add_engine_arguments, case_loader, settings_from_args
 from .engine_settings import SimSettings, SimulationStalled, describe
 from .hardware import PresetError
@@ -180,6 +181,7 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("capacity takes one case: one workload, one --trace-rate")
         (name, case), = cases.items()
         settings, sources = settings_from_args(args, model)
+        out = output_file(args.out) if args.out else None
         print(f"step model: {model.description}")
         print(describe(settings, sources))
         print(f"{name}: {len(case)} requests, queued at once on stock vLLM")
@@ -197,9 +199,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"  at {probe.load:g}x ({probe.rate:.2f} req/s, the case's own gaps): backlog "
               f"growth {probe.backlog_growth:+.1%} of arrivals, {probe.completion_rate:.2f} "
               f"req/s with a first token by the last arrival, median TTFT {median}")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
+    if out is not None:
+        out.write_text(json.dumps({
             "case": name, "capacity_rps": found.rate, "step_model": model.description,
             "capacity": asdict(found), "checks": [asdict(p) for p in checks],
             "engine": {**asdict(settings), "sources": sources}}, indent=2))

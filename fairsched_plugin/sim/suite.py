@@ -27,6 +27,7 @@ from ..bench.arms import STOCK, parse_arm
 from ..bench.traces import at_rate
 from ..config import ConfigError, FairschedConfig
 from ..extras import available, note_no_plots
+from ..user_files import output_dir
 from . import analytic
 from .capacity import find_capacity
 from .devices import DEVICES, serve_defaults
@@ -306,6 +307,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.render:
         try:
             plan = plan_from_args(args)
+            output_dir(args.out)
         except (ConfigError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
