@@ -42,6 +42,9 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
     """One line naming the extra that installs the missing module, or None when the
     module is not one an extra brings (a real bug: let its traceback show)."""
     top = (exc.name or "").split(".")[0]
+    if top in ("torch", "vllm"):
+        return (f"this needs {top}, which comes with vLLM: run it in the environment "
+                "vLLM is installed in")
     extra = EXTRA_OF.get(top)
     if extra is None:
         return None

@@ -266,12 +266,14 @@ def test_a_nonsensical_size_is_refused_by_argparse(verb, option, value, argv, me
     assert last.startswith(f"fairsched {verb}: error: argument {option}: {message}"), last
 
 
-def test_an_engine_limit_below_one_is_refused_by_the_simulator(tmp_path, capsys):
-    """``engine_settings.check_limits``: one line, before anything is simulated."""
-    code, err = _run([*SIMULATE, *TRACE, "--max-num-seqs", "0", "--out", str(tmp_path)],
-                     capsys)
+@pytest.mark.parametrize("option", ["--max-num-seqs", "--max-num-batched-tokens",
+                                    "--max-model-len", "--block-size"])
+def test_an_engine_limit_below_one_is_refused_by_the_simulator(option, tmp_path, capsys):
+    """The simulated engine's limits take the same argparse type as every other size."""
+    code, err = _run([*SIMULATE, *TRACE, option, "0", "--out", str(tmp_path)], capsys)
     assert code == 2
-    assert "--max-num-seqs must be at least 1, not 0" in _error_line(err)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"fairsched simulate: error: argument {option}: must be >= 1"), last
 
 
 def test_the_surrogate_fit_is_measured_on_held_out_batches():

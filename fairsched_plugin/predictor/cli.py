@@ -35,8 +35,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         description="Cleans, buckets and splits the profiled steps (train, validation, "
                     "test), trains the MLP, exports it to ONNX for predictor.path, loads "
                     "the exported file back through ONNX Runtime as the scheduler will, "
-                    "and evaluates that on the held-out test split. Needs the "
-                    "fairsched-plugin[predictor] extra (torch, onnx, onnxruntime).")
+                    "and evaluates that on the held-out test split. Needs torch (it comes with "
+                    "vLLM) and the 'predictor' extra (onnx, onnxruntime).")
     _add_profile_argument(train)
     train.add_argument("--out", type=Path, required=True, help="the model file (.onnx)")
     train.add_argument("--report-dir", type=Path,

@@ -41,7 +41,6 @@ from .engine_settings import (
     SimSettings,
     SimulationStalled,
     add_limit_arguments,
-    check_limits,
     describe,
     resolve_limits,
     settings_record,
@@ -123,7 +122,6 @@ def settings_from_args(args: argparse.Namespace, model: StepModel
                        ) -> tuple[SimSettings, dict[str, str]]:
     """Engine settings and where each came from: limits given or the device's
     (``engine_settings``); the KV cache follows the step model unless given."""
-    check_limits(args)
     limits, sources = resolve_limits(args, model)
     kv_tokens, kv_bytes = 1 << 20, 4096
     if isinstance(model, AnalyticStepModel):

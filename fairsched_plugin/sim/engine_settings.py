@@ -15,6 +15,8 @@ import argparse
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..cli_types import positive_int
+
 
 @dataclass(frozen=True)
 class SimSettings:
@@ -65,29 +67,21 @@ LIMITS = tuple(CPU_ENGINE)
 def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     """The engine limits of a simulated run; unset ones follow the step model's device."""
     follows = "default: vLLM's for the step model's device; the CPU engine's (%s) otherwise"
-    parser.add_argument("--max-num-batched-tokens", type=int, metavar="N",
+    parser.add_argument("--max-num-batched-tokens", type=positive_int, metavar="N",
                         help="vLLM's token budget per step (" + follows % "256" + ")")
-    parser.add_argument("--max-num-seqs", type=int, metavar="N",
+    parser.add_argument("--max-num-seqs", type=positive_int, metavar="N",
                         help="vLLM's limit on running requests (" + follows % "256" + ")")
-    parser.add_argument("--max-model-len", type=int, metavar="N",
+    parser.add_argument("--max-model-len", type=positive_int, metavar="N",
                         help="vLLM's context length (default: the model's "
                              "max_position_embeddings with an accelerator step model; 4096, "
                              "the CPU engine's, otherwise)")
-    parser.add_argument("--block-size", type=int, metavar="N",
+    parser.add_argument("--block-size", type=positive_int, metavar="N",
                         help="KV block size (" + follows % "128" + ")")
     parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
                         help="vLLM's async engine: the next step is scheduled while one "
                              "runs, outputs arrive a step late (default: on with an "
                              "accelerator step model, as vLLM runs on GPUs and NPUs; off, "
                              "as the CPU engine runs, otherwise)")
-
-
-def check_limits(args: argparse.Namespace) -> None:
-    """Refuse limits no engine can run with, before anything is simulated."""
-    for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size"):
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
 
 
 def device_defaults(model: Any) -> tuple[dict[str, Any], str]:
