@@ -79,3 +79,25 @@ def test_capacity_on_a_production_trace_does_not_move_with_the_window(trace: str
     rates = [find_capacity(tracetoken_case(window(rows, n), trace), model, settings).rate
              for n in (1000, 1200, 1500)]
     assert max(rates) / min(rates) <= 1.05, rates
+
+
+def test_the_documented_capacity_command_prints_what_the_page_quotes(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/simulator.md runs ``fairsched capacity ... --check`` on the conversation trace
+    and quotes its output: run it for real and compare, line by line."""
+    import shlex
+    from pathlib import Path
+
+    from fairsched_plugin.cli import main
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "simulator.md").read_text()
+    block, after = page.split("fairsched capacity --trace azure-conv", 1)[1].split("```", 1)
+    argv = ["capacity", "--trace", "azure-conv",
+            *shlex.split(block.replace("\\\n", " "))]
+    output = after.strip("\n").split("\n\n", 1)[0]
+    quoted = [line.strip() for line in output.splitlines()]
+    assert quoted and "--check" in argv
+    assert main(argv) == 0
+    printed = [line.strip() for line in capsys.readouterr().out.splitlines()
+               if line.startswith("capacity:") or line.startswith("  at ")]
+    assert printed == quoted
