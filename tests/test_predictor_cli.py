@@ -78,7 +78,7 @@ def test_eval_predictor_refuses_another_memory_provider(trained, tmp_path, capsy
 def test_train_reports_bad_input_without_a_traceback(tmp_path, capsys):
     missing = tmp_path / "absent.csv"
     assert main(["train", "--profile", str(missing), "--out", str(tmp_path / "m.onnx")]) == 2
-    assert f"profile {missing}: its metadata file" in capsys.readouterr().err
+    assert f"profile {missing}: no such file" in capsys.readouterr().err
     tiny = write_synthetic_profile(tmp_path / "tiny.csv", 5)
     assert main(["train", "--profile", str(tiny), "--out", str(tmp_path / "m.onnx")]) == 2
     assert "too few usable samples" in capsys.readouterr().err

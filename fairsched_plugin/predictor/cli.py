@@ -109,20 +109,8 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def main_train(args: argparse.Namespace) -> int:
-    import torch
-
-    from .export import export_onnx, model_metadata
-    from .runtime import LatencyPredictor
-    from .train import TrainConfig, predict, train_model
-
     report_dir = args.report_dir or args.out.with_name(args.out.stem + "_report")
     try:
-        train_config = TrainConfig(
-            hidden_sizes=args.hidden_sizes, dropout=args.dropout, lr=args.lr,
-            weight_decay=args.weight_decay, batch_size=args.batch_size, epochs=args.epochs,
-            patience=args.patience, under_weight=args.under_weight,
-            huber_delta_ms=args.huber_delta, seed=args.seed,
-        )
         raw, latency, meta = read_profile(args.profile)
         dataset_config = DatasetConfig(
             bucket_width=args.bucket_width, max_bucket_ratio=args.max_bucket_ratio,
@@ -133,6 +121,19 @@ def main_train(args: argparse.Namespace) -> int:
         # Before training, not after it: the model and the report go here.
         output_file(args.out)
         output_dir(report_dir)
+        # torch and ONNX load here, once the profile and the outputs are known to be good.
+        import torch
+
+        from .export import export_onnx, model_metadata
+        from .runtime import LatencyPredictor
+        from .train import TrainConfig, predict, train_model
+
+        train_config = TrainConfig(
+            hidden_sizes=args.hidden_sizes, dropout=args.dropout, lr=args.lr,
+            weight_decay=args.weight_decay, batch_size=args.batch_size, epochs=args.epochs,
+            patience=args.patience, under_weight=args.under_weight,
+            huber_delta_ms=args.huber_delta, seed=args.seed,
+        )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -116,6 +116,8 @@ def read_profile(
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise ProfileError(f"profile {path}: no such file")
     sidecar = meta_path(path)
     if not sidecar.exists():
         raise ProfileError(
