@@ -61,11 +61,11 @@ def test_the_backlog_stops_growing_below_capacity_and_grows_above_it() -> None:
 
 def test_a_window_stock_can_hold_at_once_is_refused_with_the_size_that_works() -> None:
     settings = SimSettings(max_num_batched_tokens=256, max_num_seqs=32)
-    small = token_case([(0.01 * i, 60, 8) for i in range(20)])
+    small = token_case([(0.01 * i, 8, 8) for i in range(20)])  # all admitted in one step
     with pytest.raises(WindowTooSmall, match=r"use at least about (\d+) requests") as info:
         find_capacity(small, STEP, settings)
     suggested = int(str(info.value).rsplit("about ", 1)[1].split()[0])
-    big = token_case([(0.01 * i, 60, 8) for i in range(suggested)])
+    big = token_case([(0.01 * i, 8, 8) for i in range(suggested)])
     assert find_capacity(big, STEP, settings).rate > 0
 
 

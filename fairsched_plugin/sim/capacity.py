@@ -44,8 +44,7 @@ SERVED = 0.95
 """The share of the window whose completion times measure the sustained rate."""
 SATURATED = 0.5
 """A window saturates stock when its last request is admitted after this share of the
-measurement (before then one was always waiting) and stock never held more than this
-share of it at once."""
+measurement: before then one was always waiting."""
 
 
 class WindowTooSmall(ValueError):
@@ -99,7 +98,7 @@ def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
     admitted = np.array([r["first_scheduled_s"] for r in rows])
     peak = _peak_running(admitted, np.array([r["finish_s"] for r in rows]))
     last_admission = float(admitted.max())
-    if last_admission < SATURATED * measured or peak > SATURATED * len(rows):
+    if last_admission < SATURATED * measured:
         mean_tokens = np.mean([r["prompt_tokens"] + r["target_output_tokens"] for r in rows])
         limit = min(settings.max_num_seqs, int(settings.kv_cache_tokens // mean_tokens))
         smallest = int(math.ceil(2 * max(peak, limit) / 50.0)) * 50
