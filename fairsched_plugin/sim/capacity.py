@@ -15,6 +15,14 @@ its last arrival) moved several-fold with a burst near the window's end. A windo
 long enough that stock stays saturated through most of the measurement: one that it
 could mostly hold at once is refused with the smallest length that works.
 
+One case breaks the saturated measurement: a window of short prompts and long outputs
+(ShareGPT on an H100, 1,024 sequences) queued at once runs so many requests together that
+the KV cache overflows and stock preempts and recomputes, completing far fewer requests
+per second than it sustains with the requests arriving over time. So the capacity is
+checked once at ``COLLAPSE_LOAD`` x the saturated rate with the window's own gaps; where
+stock still keeps up there, the capacity is the highest rate at which its backlog does
+not grow (``KEEPS_UP``), bisected.
+
 Loads in reports are fractions of this capacity.
 """
 
@@ -42,6 +50,10 @@ from .step_models import StepModel, parse_step_model
 
 SERVED = 0.95
 """The share of the window whose completion times measure the sustained rate."""
+KEEPS_UP = 0.02
+"""Stock keeps up with a rate when its backlog grows by at most this share of arrivals."""
+COLLAPSE_LOAD = 1.25
+"""Saturation collapsed when stock still keeps up at this multiple of its saturated rate."""
 SATURATED = 0.5
 """A window saturates stock when its last request is admitted after this share of the
 measurement: before then one was always waiting."""
@@ -54,15 +66,21 @@ class WindowTooSmall(ValueError):
 @dataclass(frozen=True)
 class Capacity:
     rate: float
+    """The capacity (requests/s): ``saturated_rate`` unless saturation collapsed."""
+    saturated_rate: float
     """Requests/s stock completes when saturated on the window."""
     tokens_per_s: float
-    """The same as prompt + output tokens per second."""
+    """The saturated rate as prompt + output tokens per second."""
     requests: int
     measured_s: float
     """Virtual time stock took to complete ``SERVED`` of the window."""
     last_admission_s: float
     peak_running: int
     """The most requests stock ran at once."""
+    collapsed: bool = False
+    """Stock kept up at ``COLLAPSE_LOAD`` x its saturated rate with the window's own gaps:
+    queued all at once it ran so many requests that it lost throughput (preempting and
+    recomputing), so the capacity is the highest rate it keeps up with instead."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +100,31 @@ class BacklogProbe:
 
 
 def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
-                  settings: SimSettings) -> Capacity:
+                  settings: SimSettings, tolerance: float = 0.02) -> Capacity:
+    """Stock's saturated completion rate, checked once at ``COLLAPSE_LOAD`` x of it with
+    the window's own gaps. Where stock still keeps up there, saturation made it lose
+    throughput (all of a short-prompt window running at once, preempting), so the
+    capacity is instead the highest rate at which its backlog does not grow, bisected to
+    ``tolerance``."""
+    saturated = saturated_rate(case, step_model, settings)
+
+    def keeps_up(rate: float) -> bool:
+        return backlog_check(case, rate, 1.0, step_model, settings).backlog_growth <= KEEPS_UP
+
+    low = COLLAPSE_LOAD * saturated.rate
+    if not keeps_up(low):
+        return saturated
+    high = 2 * low
+    while keeps_up(high):
+        low, high = high, 2 * high
+    while high / low > 1 + tolerance:
+        mid = math.sqrt(low * high)
+        low, high = (mid, high) if keeps_up(mid) else (low, mid)
+    return replace(saturated, rate=low, collapsed=True)
+
+
+def saturated_rate(case: Sequence[WorkloadRequest], step_model: StepModel,
+                   settings: SimSettings) -> Capacity:
     """Stock's completion rate with the whole window queued at once (module docstring)."""
     from .engine import simulate
 
@@ -109,8 +151,8 @@ def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
             "requests")
     served_tokens = sum(r["prompt_tokens"] + r["target_output_tokens"]
                         for r in rows if r["finish_s"] <= measured)
-    return Capacity(count / measured, served_tokens / measured, len(rows), measured,
-                    last_admission, peak)
+    return Capacity(count / measured, count / measured, served_tokens / measured, len(rows),
+                    measured, last_admission, peak)
 
 
 def _peak_running(admitted: np.ndarray, finished: np.ndarray) -> int:
@@ -190,9 +232,17 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, PresetError, ValueError, OSError, SimulationStalled) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"capacity: {found.rate:.2f} req/s ({found.tokens_per_s:,.0f} prompt + output "
-          f"tokens/s): stock completes {SERVED:.0%} of the window in {found.measured_s:.1f} s "
-          f"when saturated (up to {found.peak_running} requests at once)")
+    if found.collapsed:
+        print(f"capacity: {found.rate:.2f} req/s: the highest rate at which stock's backlog "
+              f"does not grow with the window's own gaps. Queued all at once it completes "
+              f"only {found.saturated_rate:.2f} req/s (up to {found.peak_running} requests "
+              "at once, losing throughput), but it keeps up at "
+              f"{COLLAPSE_LOAD:g}x that")
+    else:
+        print(f"capacity: {found.rate:.2f} req/s ({found.tokens_per_s:,.0f} prompt + output "
+              f"tokens/s): stock completes {SERVED:.0%} of the window in "
+              f"{found.measured_s:.1f} s when saturated (up to {found.peak_running} requests "
+              "at once)")
     for probe in checks:
         median = "-" if probe.median_ttft_s is None else f"{probe.median_ttft_s:.2f} s"
         print(f"  at {probe.load:g}x ({probe.rate:.2f} req/s, the case's own gaps): backlog "
