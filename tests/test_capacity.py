@@ -12,6 +12,8 @@ import pytest
 
 from fairsched_plugin.bench.traces import read_trace, trace_case, window
 from fairsched_plugin.sim.capacity import (
+    COLLAPSE_LOAD,
+    KEEPS_UP,
     SERVED,
     WindowTooSmall,
     backlog_check,
@@ -101,3 +103,17 @@ def test_the_documented_capacity_command_prints_what_the_page_quotes(
     printed = [line.strip() for line in capsys.readouterr().out.splitlines()
                if line.startswith("capacity:") or line.startswith("  at ")]
     assert printed == quoted
+
+
+def test_where_saturation_collapses_capacity_is_the_rate_stock_keeps_up_with() -> None:
+    """Short prompts, long outputs, a KV cache for 32 of the 128 sequences stock may run:
+    queued all at once it preempts and recomputes, and completes fewer requests per second
+    than it keeps up with when they arrive over time."""
+    arrivals = np.cumsum(np.random.default_rng(0).exponential(0.01, 600))
+    case = token_case([(float(a), 16, 64) for a in arrivals])
+    settings = SimSettings(max_num_batched_tokens=256, max_num_seqs=128, kv_cache_tokens=4096)
+    found = find_capacity(case, STEP, settings)
+    assert found.collapsed
+    assert found.rate >= COLLAPSE_LOAD * found.saturated_rate
+    assert backlog_check(case, found.rate, 1.0, STEP, settings).backlog_growth <= KEEPS_UP
+    assert backlog_check(case, found.rate, 1.1, STEP, settings).backlog_growth > KEEPS_UP
