@@ -37,6 +37,17 @@ def _imported(result: subprocess.CompletedProcess) -> list[str]:
     return [m for m in line[-1].removeprefix("IMPORTED:").split(",") if m] if line else []
 
 
+def _case_file(folder: Path, n: int, *, gap_s: float, prompt_tokens: int) -> Path:
+    """A case file of ``n`` short requests (4 output tokens) every ``gap_s`` seconds."""
+    case = folder / "case.jsonl"
+    case.write_text("".join(
+        json.dumps({"id": f"r{i}", "arrival_s": gap_s * i, "prompt": "",
+                    "prompt_tokens": prompt_tokens, "output_tokens": 4, "tier": 0,
+                    "category": "t", "class": "short"}) + "\n"
+        for i in range(n)))
+    return case
+
+
 def test_help_imports_neither_vllm_nor_torch() -> None:
     result = _fairsched("--help")
     assert result.returncode == 0 and "simulate" in result.stdout
@@ -61,11 +72,7 @@ def test_bad_input_is_reported_before_vllm_is_imported(args: list[str]) -> None:
 
 def test_simulate_and_capacity_run_without_the_bench_and_predictor_extras(tmp_path: Path
                                                                          ) -> None:
-    case = tmp_path / "case.jsonl"
-    case.write_text("".join(
-        json.dumps({"id": f"r{i}", "arrival_s": 0.01 * i, "prompt": "", "prompt_tokens": 50,
-                    "output_tokens": 4, "tier": 0, "category": "t", "class": "short"}) + "\n"
-        for i in range(120)))
+    case = _case_file(tmp_path, 120, gap_s=0.01, prompt_tokens=50)
     out = tmp_path / "sim"
     result = _fairsched("simulate", "--case", str(case), "--step-model", "linear:2:0.01",
                         "--arms", "stock,fcfs", "--out", str(out))
@@ -91,11 +98,7 @@ def test_lprs_predictor_names_the_predictor_extra(tmp_path: Path) -> None:
 
 def test_an_accelerator_step_model_simulates_vllms_engine_for_that_device(tmp_path: Path
                                                                           ) -> None:
-    case = tmp_path / "case.jsonl"
-    case.write_text("".join(
-        json.dumps({"id": f"r{i}", "arrival_s": 0.05 * i, "prompt": "", "prompt_tokens": 100,
-                    "output_tokens": 4, "tier": 0, "category": "t", "class": "short"}) + "\n"
-        for i in range(20)))
+    case = _case_file(tmp_path, 20, gap_s=0.05, prompt_tokens=100)
     runs = {}
     for name, model in (("h100", "analytic:h100:qwen3-8b"), ("cpu", "linear:2:0.01")):
         out = tmp_path / name
