@@ -78,7 +78,7 @@ def test_capacity_on_a_production_trace_does_not_move_with_the_window(trace: str
     model = AnalyticStepModel(model_config("qwen3-8b"), accelerator("h100"), "h100")
     settings = group_settings(SCENARIOS["azure-conv"], "h100", model, "async")
     rows = read_trace(trace)
-    rates = [find_capacity(tracetoken_case(window(rows, n), trace), model, settings).rate
+    rates = [find_capacity(trace_case(window(rows, n), trace), model, settings).rate
              for n in (1000, 1200, 1500)]
     assert max(rates) / min(rates) <= 1.05, rates
 
