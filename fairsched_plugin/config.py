@@ -242,8 +242,16 @@ KEYS: tuple[_Key, ...] = (
          lambda v: v >= 1),
     _Key("predictor.allow_memory_mismatch", bool,
          "true or false (serve a model profiled with another memory provider)"),
+    _Key("predictor.model", str,
+         '"auto" (vLLM\'s model config) or a model preset or config.json path: the served '
+         "model the built-in latency model assumes when predictor.path is empty",
+         see="docs/predictor.md"),
+    _Key("predictor.device", str,
+         '"auto" (the detected accelerator) or an accelerator preset with optional '
+         ":field=value overrides (h100:bandwidth_efficiency=0.63): where the built-in "
+         "latency model starts when predictor.path is empty", see="docs/predictor.md"),
     _Key("lprs.enabled", bool, "true or false (choose prefill chunks by predicted latency; "
-         "needs predictor.path)"),
+         "with predictor.path's model, else the built-in one)"),
     _Key("lprs.target_ms", float, "a finite number > 0 (target batch time, ms)", _positive),
     _Key("lprs.granularity", int, "an integer >= 1 (chunk search step, tokens)",
          lambda v: v >= 1),
@@ -636,12 +644,28 @@ def _build(values: Mapping[str, Any]) -> FairschedConfig:
             "fairsched config: decode_share_max_tpot_ms bounds the decode hold and needs "
             "decode_share > 0 (the share of the budget decodes keep while prefill work "
             "waits)")
-    if lprs.enabled and not config.predictor.path:
-        raise ConfigError(
-            "fairsched config: lprs.enabled needs predictor.path, the ONNX latency model "
-            "(train one with `fairsched profile` and `fairsched train`)"
-        )
+    if not config.predictor.path:
+        _check_built_in_model(config.predictor)
     return config
+
+
+def _check_built_in_model(predictor: Any) -> None:
+    """``predictor.model`` and ``predictor.device`` name presets that exist (a config.json
+    path is read when the engine starts)."""
+    from .predictor.roofline import parse_device
+    from .sim.hardware import MODEL_ALIASES, MODEL_CONFIGS, PresetError
+
+    if predictor.device != "auto":
+        try:
+            parse_device(predictor.device)
+        except PresetError as exc:
+            raise ConfigError(f"fairsched config: predictor.device: {exc}") from None
+    model = predictor.model
+    if (model != "auto" and MODEL_ALIASES.get(model.lower(), model.lower()) not in MODEL_CONFIGS
+            and not (model.endswith(".json") or "/" in model)):
+        raise ConfigError(
+            f"fairsched config: predictor.model {model!r} is neither \"auto\", a preset "
+            f"({', '.join(MODEL_CONFIGS)}) nor a config.json path")
 
 
 def _nest(values: Mapping[str, Any]) -> FairschedConfig:

@@ -104,6 +104,12 @@ class PredictorConfig:
     allow_memory_mismatch: bool = False
     precision_mode: str = "must_keep_origin_dtype"
     """CANN provider only: the graph's precision (CANN's own default, fp16, overflows)."""
+    model: str = "auto"
+    """Without ``path``: the served model the built-in latency model assumes ("auto":
+    vLLM's model config; or a preset name or a config.json path)."""
+    device: str = "auto"
+    """Without ``path``: the accelerator preset the built-in model starts from ("auto":
+    the detected device; or a preset with optional ``field=value`` overrides)."""
 
 
 @dataclass(frozen=True)

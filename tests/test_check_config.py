@@ -136,7 +136,7 @@ def test_out_of_range():
 
 
 def test_a_rule_between_keys():
-    additional = {"fairsched": {"lprs": {"enabled": True}}}
+    additional = {"fairsched": {"decode_share_max_tpot_ms": 100}}
     refused(run("--additional-config", json.dumps(additional)), startup_message(additional))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 
 import pytest
 
@@ -531,3 +532,13 @@ def test_no_warning_without_misplaced_keys(caplog):
     with caplog.at_level(logging.WARNING, logger="vllm.fairsched"):
         load({"fairsched": {"policy": "aging"}, "ascend_scheduler_config": {}})
     assert not [r for r in caplog.records if r.name == "vllm.fairsched"]
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("device", "h1000", "predictor.device: unknown accelerator 'h1000'"),
+    ("device", "h100:speed=2", "predictor.device: unknown accelerator field"),
+    ("model", "qwen9", "predictor.model 'qwen9' is neither"),
+])
+def test_the_built_in_models_presets_are_checked(key, value, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config({"fairsched": {"predictor": {key: value}}}, {})

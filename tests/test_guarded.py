@@ -17,7 +17,17 @@ def test_deadline_is_the_served_work_plus_slack_times_the_backlog():
     assert guard.deadline(backlog_tokens=2000) == pytest.approx(3000)
     guard.observe_served(500)
     guard.observe_served(250)
-    assert guard.deadline(backlog_tokens=1000) == pytest.approx(750 + 1500)
+    assert guard.deadline(backlog_tokens=2000) == pytest.approx(750 + 3000)
+
+
+def test_a_deadline_is_never_earlier_than_one_given_before():
+    """The backlog fell: the formula gives 750 + 1.5 x 1000, but a deadline before the
+    last one would jump ahead of it in EDF order, so it takes the last one."""
+    guard = FcfsGuard(slack=1.5, window_s=0.0)
+    assert guard.deadline(backlog_tokens=2000, request_id="a") == pytest.approx(3000)
+    guard.observe_served(750)
+    assert guard.deadline(backlog_tokens=1000, request_id="b") == pytest.approx(3000)
+    assert guard.position("a") < guard.position("b")
 
 
 def test_without_the_size_allowance_a_request_at_an_empty_queue_is_overdue_at_once():
@@ -48,18 +58,19 @@ def test_the_size_allowance_lets_short_requests_pass_until_the_own_size_is_serve
 
 def test_the_window_keeps_the_largest_recent_backlog():
     guard = FcfsGuard(slack=1.0, window_s=30.0)
-    guard.observe_backlog(6.0, 3000)
-    guard.observe_backlog(9.0, 500)
+    guard.observe_backlog(6.0, 3000, 0)
+    guard.observe_backlog(9.0, 500, 0)
     assert guard.deadline(backlog_tokens=500) == pytest.approx(3000)
     assert guard.deadline(backlog_tokens=4000) == pytest.approx(4000)
-    guard.observe_backlog(37.0, 100)  # the burst at 6 s left the window
-    assert guard.deadline(backlog_tokens=100) == pytest.approx(500)
+    guard.observe_backlog(37.0, 100, 0)  # the burst at 6 s left the window
+    guard.observe_served(10_000)
+    assert guard.deadline(backlog_tokens=100) == pytest.approx(10_000 + 500)
 
 
 def test_without_a_window_only_the_own_backlog_counts():
     guard = FcfsGuard(slack=2.0, window_s=0.0)
-    guard.observe_backlog(0.0, 3000)
-    guard.observe_backlog(0.5, 10)
+    guard.observe_backlog(0.0, 3000, 0)
+    guard.observe_backlog(0.5, 10, 0)
     assert guard.deadline(backlog_tokens=10) == pytest.approx(20)
 
 

@@ -22,6 +22,7 @@ from fairsched_plugin.sim.fake_engine import (  # noqa: E402
     make_scheduler,
 )
 from fairsched_plugin.predictor.features import FEATURE_NAMES  # noqa: E402
+from fairsched_plugin.predictor.roofline import RooflineLatencyModel  # noqa: E402
 from fairsched_plugin.predictor.runtime import PredictorError  # noqa: E402
 from linear_onnx import write_linear_model  # noqa: E402
 from scheduler_driver import run_workload, scheduler_engine  # noqa: E402
@@ -196,9 +197,30 @@ def test_a_missing_or_mismatched_model_stops_start_up(config_only_model, tmp_pat
     assert engine.scheduler._chunk_rule.predictor is not None
 
 
-def test_lprs_without_a_model_is_a_config_error(config_only_model):
-    with pytest.raises(ValueError, match="predictor.path"):
-        _engine(config_only_model, {"lprs": {"enabled": True}})
+def test_lprs_without_a_model_file_plans_like_the_token_budget_until_its_model_is_ready(
+        config_only_model):
+    """No predictor.path: the built-in model. Here (the CPU, no preset) it has seen no
+    step, so LPRS gives every candidate its bound, as the token budget does, even with a
+    target that would cut every chunk."""
+    lprs = {"policy": "fcfs", "lprs": {"enabled": True, "target_ms": 0.001}}
+    engine, plain = _engine(config_only_model, lprs), _engine(config_only_model,
+                                                             {"policy": "fcfs"})
+    rule = engine.scheduler._chunk_rule
+    assert isinstance(rule.predictor, RooflineLatencyModel)
+    assert not rule.predictor.ready and rule.guard.fallen_back
+    for e in (engine, plain):
+        e.add([make_request(f"r{i}", 300 + 40 * i, 3, arrival_time=1.0 + i) for i in range(6)])
+    for _ in range(8):
+        assert engine.step().output.num_scheduled_tokens == plain.step().output.num_scheduled_tokens
+
+
+def test_lprs_with_a_preset_device_plans_from_the_first_step(config_only_model):
+    engine = _engine(config_only_model, {
+        "policy": "fcfs", "predictor": {"model": "qwen3-8b", "device": "h100"},
+        "lprs": {"enabled": True, "target_ms": 0.001, "guard_window": 0}})
+    assert engine.scheduler._chunk_rule.predictor.ready
+    engine.add([make_request("long", 2000, 2, arrival_time=1.0)])
+    assert engine.step().output.num_scheduled_tokens["long"] < BUDGET
 
 
 def test_aborted_deferred_requests_leave_no_apc_state(config_only_model):

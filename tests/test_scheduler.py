@@ -320,7 +320,7 @@ def test_automatic_alpha_calibrates_and_rekeys_the_waiting_heap(config_only_mode
     assert policy.alpha == pytest.approx(0.5 * scheduler._auto_alpha.estimator.rate, rel=0.2)
     # Every waiting request sits under the key the current alpha gives it, re-keyed from
     # the view the queue took when it entered, which is the request's view now.
-    for request, (entry, _timed, _work, snapshot) in scheduler.waiting._entries.items():
+    for request, (entry, _timed, _work, snapshot, _position) in scheduler.waiting._entries.items():
         assert snapshot == scheduler._view(request)
         assert tuple(entry[:-2]) == policy.key(request_view(request))
     popped = [scheduler.waiting.pop_request() for _ in range(len(scheduler.waiting))]

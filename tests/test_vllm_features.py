@@ -399,7 +399,7 @@ def test_an_extended_streaming_session_is_queued_as_what_it_became(config_only_m
     engine.add([chunk, short])
     assert session.status == RequestStatus.WAITING and session.num_prompt_tokens > 600
     queue = scheduler.kv_holding_waiting
-    entry, timed, work, snapshot = queue._entries[session]
+    entry, timed, work, snapshot, _position = queue._entries[session]
     view = scheduler._view(session)
     assert snapshot == view
     assert tuple(entry[:-2]) == scheduler.fairsched_policy.key(view)

@@ -88,7 +88,7 @@ class MetricsHooks:
             if scheduler_output.scheduled_new_reqs:
                 now = self._clock()
                 policy = self.fairsched_policy
-                served = policy.overdue_cutoff(now) if policy.uses_deadlines else None
+                served = policy.served_work(now) if policy.uses_deadlines else None
                 self._metrics.on_scheduled(
                     [new.req_id for new in scheduler_output.scheduled_new_reqs], now, served)
             if self._steps is None:
@@ -123,7 +123,7 @@ class MetricsHooks:
         policy = self.fairsched_policy
         now = self._clock()
         self._metrics.on_step(
-            record, policy.overdue_cutoff(now) if policy.uses_deadlines else None, now)
+            record, policy.served_work(now) if policy.uses_deadlines else None, now)
 
     def _write_metrics(self, now: float) -> None:
         policy = self.fairsched_policy

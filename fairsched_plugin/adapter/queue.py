@@ -8,6 +8,13 @@ For a policy with deadlines (``OrderingPolicy.uses_deadlines``) the order change
 time, but only in one way: a request moves to the overdue lane once, when its deadline
 passes. So the queue keeps a second heap on deadlines and, at each look, serves its head
 first while that deadline has passed; no request is ever re-keyed for the time.
+
+With the policy's admission guard (``guarded.FcfsGuard``) the queue also keeps its
+requests' deadlines and work in EDF order (``policies.slack_tree``): before the key's head
+goes ahead of requests with earlier deadlines, it checks they keep enough slack to absorb
+its work, and where they do not, the guard makes the earliest deadline due (the overdue
+lane serves it first). The head is looked at this way both when vLLM pops and when the
+plan iterates, so both meet the same order.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.request import Request
 
 from ..policies import SortKey
+from ..policies.guarded import FcfsGuard
+from ..policies.slack_tree import SlackTree
 
 _DEAD = None
 
@@ -63,6 +72,8 @@ class PolicyRequestQueue(_ReenterByKey):
         work: the prefill tokens a waiting request still needs, from its snapshot; the
             queue keeps their sum (:attr:`work`) for deadline estimates.
         snapshot: what the other three read; None: the request itself.
+        guard: with deadlines, the policy's admission guard: the queue then passes a
+            request ahead of earlier deadlines only while they stay feasible.
     """
 
     def __init__(
@@ -72,6 +83,7 @@ class PolicyRequestQueue(_ReenterByKey):
         clock: Callable[[], float] | None = None,
         work: Callable[[Any], int] | None = None,
         snapshot: Callable[[Request], Any] | None = None,
+        guard: FcfsGuard | None = None,
     ) -> None:
         if (deadline is None) != (clock is None):
             raise ValueError("a deadline queue needs both deadline and clock")
@@ -80,10 +92,16 @@ class PolicyRequestQueue(_ReenterByKey):
         self._clock = clock
         self._work = work
         self._snapshot = snapshot
+        if guard is not None and (deadline is None or work is None):
+            raise ValueError("an admission guard needs deadlines and work")
+        self._guard = guard
+        self._slack = SlackTree() if guard is not None else None
+        self._passing = 0
+        """Work taken ahead of the queue by an iteration in progress (not admitted)."""
         self._heap: list[list] = []
         self._overdue_heap: list[list] | None = [] if deadline is not None else None
-        # request -> (key entry, deadline entry or None, work, snapshot)
-        self._entries: dict[Request, tuple[list, list | None, int, Any]] = {}
+        # request -> (key entry, deadline entry or None, work, snapshot, EDF position)
+        self._entries: dict[Request, tuple[list, list | None, int, Any, int]] = {}
         self._seq = itertools.count()
         self.work = 0
         self.changes = 0
@@ -107,14 +125,21 @@ class PolicyRequestQueue(_ReenterByKey):
         work = self._work(snapshot) if self._work is not None else 0
         self.work += work
         self.changes += 1
-        self._entries[request] = (entry, timed, work, snapshot)
+        position = -1
+        if self._guard is not None:
+            position = self._guard.position(request.request_id)
+            self._slack.put(position, timed[0], work)
+        self._entries[request] = (entry, timed, work, snapshot, position)
 
     def pop_request(self) -> Request:
         heap = self._head_heap()
         if not heap:
             raise IndexError("pop from an empty queue")
         request = heapq.heappop(heap)[_REQUEST]
-        self.last_popped = request, self._entries[request][3]
+        entry = self._entries[request]
+        self.last_popped = request, entry[3]
+        if self._guard is not None:
+            self._guard.admitted(entry[2])
         self._forget(request)
         self._compact_if_sparse()
         return request
@@ -165,31 +190,98 @@ class PolicyRequestQueue(_ReenterByKey):
         The head is yielded without popping, so a consumer that looks at one request
         costs nothing; going further pops, and everything popped is put back when the
         iteration is closed or exhausted. The queue must not change while one is open.
+        Under an admission guard each request yielded counts as served ahead of the
+        rest, as if vLLM had admitted it, so the guard's checks meet what they would.
         """
         taken: list[tuple[list, list]] = []
+        passed: list[tuple[int, float, int]] = []
         try:
-            now = self._clock() if self._clock is not None else None
-            overdue: set[int] = set()
-            if self._overdue_heap is not None:
-                heap = self._overdue_heap
-                while True:
-                    self._drop_dead_head(heap)
-                    if not heap or heap[0][0] > now:
-                        break
-                    overdue.add(heap[0][_SEQ])
-                    yield heap[0][_REQUEST]
-                    taken.append((heap, heapq.heappop(heap)))
-            heap = self._heap
-            while True:
-                self._drop_dead_head(heap)
-                if not heap:
-                    return
-                if heap[0][_SEQ] not in overdue:
-                    yield heap[0][_REQUEST]
-                taken.append((heap, heapq.heappop(heap)))
+            if self._guard is None:
+                yield from self._iter_by_lanes(taken)
+            else:
+                yield from self._iter_guarded(taken, passed)
         finally:
             for heap, entry in taken:
                 heapq.heappush(heap, entry)
+            for position, deadline, work in passed:
+                self._slack.put(position, deadline, work)
+            self._passing = 0
+
+    def _iter_by_lanes(self, taken: list[tuple[list, list]]) -> Generator[Request, None, None]:
+        """Every overdue request by deadline, then the rest by key."""
+        now = self._clock() if self._clock is not None else None
+        overdue: set[int] = set()
+        if self._overdue_heap is not None:
+            heap = self._overdue_heap
+            while True:
+                self._drop_dead_head(heap)
+                if not heap or heap[0][0] > now:
+                    break
+                overdue.add(heap[0][_SEQ])
+                yield heap[0][_REQUEST]
+                taken.append((heap, heapq.heappop(heap)))
+        heap = self._heap
+        while True:
+            self._drop_dead_head(heap)
+            if not heap:
+                return
+            if heap[0][_SEQ] not in overdue:
+                yield heap[0][_REQUEST]
+            taken.append((heap, heapq.heappop(heap)))
+
+    def _iter_guarded(self, taken: list[tuple[list, list]],
+                      passed: list[tuple[int, float, int]]) -> Generator[Request, None, None]:
+        """The order :meth:`_head_heap` serves, one request after another: each request
+        yielded is taken out of both heaps and out of the slack tree (into ``taken`` and
+        ``passed``, for the caller to put back), its work counted as passing."""
+        lane, heap = self._overdue_heap, self._heap
+        seen: set[int] = set()
+        while True:
+            self._clean_top(lane, seen, taken)
+            if lane and lane[0][0] <= self._clock():
+                source = lane
+            else:
+                self._clean_top(heap, seen, taken)
+                if not heap:
+                    return
+                if not self._may_pass(heap[0], seen, taken):
+                    continue
+                source = heap
+            request = source[0][_REQUEST]
+            yield request
+            seen.add(source[0][_SEQ])
+            taken.append((source, heapq.heappop(source)))
+            _key, timed, work, _snapshot, position = self._entries[request]
+            self._slack.remove(position)
+            passed.append((position, timed[0], work))
+            self._passing += work
+
+    @staticmethod
+    def _clean_top(heap: list[list], seen: set[int] | None,
+                   taken: list[tuple[list, list]] | None) -> None:
+        """Drop dead entries off the top of ``heap``, and take the ``seen`` ones."""
+        while heap:
+            top = heap[0]
+            if top[_REQUEST] is _DEAD:
+                heapq.heappop(heap)
+            elif seen and top[_SEQ] in seen:
+                taken.append((heap, heapq.heappop(heap)))
+            else:
+                return
+
+    def _may_pass(self, entry: list, seen: set[int] | None = None,
+                  taken: list[tuple[list, list]] | None = None) -> bool:
+        """Whether the key's head (``entry``) can go ahead of every request with an earlier
+        deadline and leave each its start by its deadline; if not, the earliest deadline
+        is made due (the caller then serves the overdue lane's head)."""
+        _key, _timed, work, _snapshot, position = self._entries[entry[_REQUEST]]
+        guard = self._guard
+        if self._slack.least_slack_before(position) - guard.base - self._passing >= work:
+            return True
+        lane = self._overdue_heap
+        self._clean_top(lane, seen, taken)
+        guard.make_due(lane[0][0])
+        return False
 
     def earliest_deadline(self) -> float:
         """The earliest deadline of a waiting request; infinite without deadlines."""
@@ -206,7 +298,7 @@ class PolicyRequestQueue(_ReenterByKey):
         self.changes += 1
         self._heap = []
         append = self._heap.append
-        for entry, _timed, _work, snapshot in self._entries.values():
+        for entry, _timed, _work, snapshot, _position in self._entries.values():
             entry[:_SEQ] = key(snapshot)
             append(entry)
         heapq.heapify(self._heap)
@@ -222,19 +314,24 @@ class PolicyRequestQueue(_ReenterByKey):
         waiting)."""
         self._drop_dead_head(self._heap)
         overdue = self._overdue_heap
-        if overdue is not None:
+        if overdue is None:
+            return self._heap
+        while True:
             cutoff = self._clock()
             while overdue and overdue[0][0] <= cutoff:
                 if overdue[0][_REQUEST] is not _DEAD:
                     return overdue
                 heapq.heappop(overdue)
-        return self._heap
+            if self._guard is None or not self._heap or self._may_pass(self._heap[0]):
+                return self._heap
 
     def _forget(self, request: Request) -> None:
-        entry, timed, work, _snapshot = self._entries.pop(request)
+        entry, timed, work, _snapshot, position = self._entries.pop(request)
         entry[_REQUEST] = _DEAD
         if timed is not None:
             timed[_REQUEST] = _DEAD
+        if self._slack is not None:
+            self._slack.remove(position)
         self.work -= work
 
     @staticmethod

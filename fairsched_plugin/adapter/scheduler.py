@@ -143,7 +143,7 @@ class FairSchedulingMixin(StepTrace, MetricsHooks, HeldRequests, StepPlanning, R
         policy = self.fairsched_policy
         if policy.uses_deadlines:
             self._deadlines[request.request_id] = policy.deadline(
-                request.arrival_time, self._backlog(), request.num_tokens)
+                request.arrival_time, self._backlog(), request.num_tokens, request.request_id)
         super().add_request(request)
         if policy.tracks_service:
             policy.observe_arrival(request_view(request))
@@ -155,7 +155,8 @@ class FairSchedulingMixin(StepTrace, MetricsHooks, HeldRequests, StepPlanning, R
             self.fairsched_policy.observe_finished(request_view(request))
         if self._chunk_rule is not None:
             self._chunk_rule.forget(request.request_id)
-        self._deadlines.pop(request.request_id, None)
+        if self._deadlines.pop(request.request_id, None) is not None:
+            self.fairsched_policy.forget_request(request.request_id)
         self._cached_prefix.pop(request.request_id, None)
         self._decode_start.pop(request.request_id, None)
         freed = super()._free_request(request, *args, **kwargs)
@@ -214,8 +215,10 @@ class FairSchedulingMixin(StepTrace, MetricsHooks, HeldRequests, StepPlanning, R
 
     def _backlog(self) -> int:
         """Prefill tokens queued: the waiting queues' work and the running prefills' rest
-        (as of the last planned step)."""
-        return self.waiting.work + self.kv_holding_waiting.work + self._running_prefill_work
+        (as of the last planned step, plus what the guard saw admitted since)."""
+        guard = self.fairsched_policy.admission_guard
+        running = guard.ahead if guard is not None else self._running_prefill_work
+        return self.waiting.work + self.kv_holding_waiting.work + running
 
 
 class FairScheduler(FairSchedulingMixin, AsyncScheduler):

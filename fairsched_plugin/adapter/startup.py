@@ -24,6 +24,7 @@ from ..policies import AgingPolicy, AutoAlpha, PrefillRateEstimator, RequestView
 from ..policies.chunk_rule import LatencyChunkRule
 from ..policies.decode_hold import decode_cap
 from ..predictor.memory import make_memory_provider
+from ..predictor.roofline import built_in_model
 from ..predictor.runtime import LatencyPredictor
 from .compat import check_scheduler_state, log_surface, wire
 from .profiling import StepProfiler, kv_state_reader
@@ -43,6 +44,16 @@ def _view_deadline(view: RequestView) -> float:
 
 def _view_work(view: RequestView) -> int:
     return view.remaining_prefill
+
+
+def _device_name(platform: Any) -> str:
+    """The accelerator's name as its runtime reports it ("" where there is none)."""
+    if platform.device_type == "cpu":
+        return ""
+    try:
+        return str(platform.get_device_name(0))
+    except Exception:  # a platform without the query: the device type alone decides
+        return ""
 
 
 def engine_index(parallel_config: Any) -> int:
@@ -166,6 +177,7 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
             clock=lambda: policy.overdue_cutoff(self._now),
             work=_view_work,
             snapshot=self._view,
+            guard=policy.admission_guard,
         )
 
     def _make_chunk_rule(self, config: FairschedConfig) -> LatencyChunkRule | None:
@@ -179,9 +191,21 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
         if not (config.lprs.enabled or config.apc.enabled or align):
             return None
         predictor = memory = None
-        if config.lprs.enabled:
+        if config.lprs.enabled and config.predictor.path:
             memory = make_memory_provider(config.profile.memory, kv_state_reader(self))
             predictor = LatencyPredictor.from_config(config.predictor, memory.name)
+        elif config.lprs.enabled:
+            # The built-in model reads no memory feature: the cheapest provider.
+            memory = make_memory_provider("kv_cache", kv_state_reader(self))
+            predictor = built_in_model(
+                config.predictor.model, config.predictor.device,
+                vllm_model_config=self.vllm_config.model_config,
+                device_type=current_platform.device_type,
+                device_name=_device_name(current_platform))
+            logger.info("fairsched: LPRS latency model: %s%s", predictor.describe(),
+                        "" if predictor.ready else
+                        "; LPRS plans as the token budget does until its predictions agree "
+                        "with the measured step times")
         return LatencyChunkRule(config.lprs, config.apc, predictor, memory, self.block_size,
                                 align)
 

@@ -55,8 +55,9 @@ class StepPlanning:
             elif prefills:
                 decode_after_prefill = True
         if policy.uses_deadlines:
-            self._running_prefill_work = sum(map(prefill_work, prefills))
-            policy.observe_backlog(self._now, self._backlog())
+            running = self._running_prefill_work = sum(map(prefill_work, prefills))
+            policy.observe_backlog(
+                self._now, self.waiting.work + self.kv_holding_waiting.work + running, running)
         if not reorder and rule is None and (
                 not prefills
                 or not decode_after_prefill
@@ -176,6 +177,10 @@ class StepPlanning:
         policy = self.fairsched_policy
         if not policy.uses_deadlines:
             return True
+        if waiting:
+            # The full check looks at the queue's head, where a guard may make a deadline
+            # due: look there too, so both see the same cutoff.
+            waiting.peek_request()
         cutoff = policy.overdue_cutoff(self._now)
         earliest = waiting.earliest_deadline()
         if earliest > cutoff:

@@ -122,10 +122,11 @@ class OrderingPolicy(ABC):
         if not self.uses_deadlines:
             return self.key
         key = self.key
-        cutoff = self.overdue_cutoff(now)
+        overdue_cutoff = self.overdue_cutoff
 
         def rank(view: RequestView) -> Rank:
-            if view.deadline <= cutoff:
+            # Read at each call: a guard may make deadlines due while a step is planned.
+            if view.deadline <= overdue_cutoff(now):
                 return (_OVERDUE, view.deadline, view.arrival_time, view.request_id)
             return (_ON_TIME, *key(view))
 
@@ -136,11 +137,25 @@ class OrderingPolicy(ABC):
         what a waiting queue stores, so its head can be compared without a view."""
         return (_ON_TIME, *key) if self.uses_deadlines else key
 
-    def deadline(self, arrival_time: float, backlog_tokens: int, own_tokens: int) -> float:
+    admission_guard = None
+    """With deadlines, what the waiting queues consult before a request passes one with an
+    earlier deadline (``guarded.FcfsGuard``); None: no check, deadlines only rank."""
+
+    def deadline(self, arrival_time: float, backlog_tokens: int, own_tokens: int,
+                 request_id: str | None = None) -> float:
         """The deadline of a request arriving with ``backlog_tokens`` of prefill work
         queued ahead of it and ``own_tokens`` of its own (only called when
         ``uses_deadlines``)."""
         raise NotImplementedError(f"{self.name} assigns no deadlines")
+
+    def forget_request(self, request_id: str) -> None:
+        """The request left the scheduler (only called when ``uses_deadlines``)."""
+
+    def served_work(self, now: float) -> float:
+        """Where the measure deadlines are dated in stands at ``now``: a request first
+        served after this passed its deadline is late. The cutoff itself, unless a check
+        can make deadlines due before they pass (the guarded policies: served work)."""
+        return self.overdue_cutoff(now)
 
     def overdue_cutoff(self, now: float) -> float:
         """Requests whose deadline is at most this are overdue. It must never decrease.
@@ -148,8 +163,9 @@ class OrderingPolicy(ABC):
         prefill tokens instead (``policies.guarded``)."""
         return now
 
-    def observe_backlog(self, now: float, backlog_tokens: int) -> None:
-        """The prefill work queued at the start of a step (only when ``uses_deadlines``)."""
+    def observe_backlog(self, now: float, backlog_tokens: int, running_tokens: int = 0) -> None:
+        """The prefill work queued at the start of a step, and the part of it in running
+        prefills (only when ``uses_deadlines``)."""
 
     def observe_step(self, prefill_tokens: int) -> None:
         """A step came back with ``prefill_tokens`` computed (only when ``uses_deadlines``)."""

@@ -133,6 +133,12 @@ class LatencyChunkRule:
                             lprs.target_ms)
             if lprs.enabled and lprs.guard_window > 0 else None
         )
+        self._learns = callable(getattr(predictor, "observe", None))
+        """The model learns from each dispatched batch's measured time (the built-in one)."""
+        if self.guard is not None and not getattr(predictor, "ready", True):
+            # A model that has seen no step of this engine: plan as the token budget does
+            # until the guard has seen its predictions agree with the measured times.
+            self.guard.fallen_back = True
         self.clamped_steps = 0
         self._batch = BatchStats()
         self._memory_state: MemoryState | None = None
@@ -219,7 +225,8 @@ class LatencyChunkRule:
         """LPRS's chunk, or the token-budget rule's ``bound`` when LPRS is off, failed in
         this step or its guard has fallen back."""
         if (self.params is None or self._fell_back or bound < 1
-                or (self.guard is not None and self.guard.fallen_back)):
+                or (self.guard is not None and self.guard.fallen_back)
+                or not getattr(self.predictor, "ready", True)):
             return bound
         speculation = self._speculation
         if speculation is None or len(speculation.chunk_sets[speculation.cursor]) == 0:
@@ -356,21 +363,29 @@ class LatencyChunkRule:
                     "trained on another engine?); later ones are counted in the trace "
                     "(lprs_clamped)", detail,
                 )
-        return {"lprs_model_ms": model_ms, "lprs_predicted_ms": model_ms + self.bias_ms,
-                "lprs_clamped": clamped}
+        record = {"lprs_model_ms": model_ms, "lprs_predicted_ms": model_ms + self.bias_ms,
+                  "lprs_clamped": clamped}
+        if self._learns:
+            record[LEARNING_ROW] = row  # taken out again by observe_step
+        return record
 
     @property
     def observes_steps(self) -> bool:
         """Whether :meth:`observe_step` must see every step (the bias or the guard)."""
-        return self.params is not None and (self.correction > 0 or self.guard is not None)
+        return self.params is not None and (self.correction > 0 or self.guard is not None
+                                            or self._learns)
 
     def observe_step(self, record: dict[str, Any]) -> None:
-        """Step listener: move the bias towards this step's measured - predicted time, and
-        let the guard judge the prediction (logging when LPRS falls back or recovers)."""
+        """Step listener: let a learning model fit this step's measured time, move the bias
+        towards the measured - predicted time, and let the guard judge the prediction
+        (logging when LPRS falls back or recovers)."""
+        row = record.pop(LEARNING_ROW, None)
         predicted = record.get("lprs_model_ms")
         if predicted is None or not math.isfinite(predicted) or record.get("step_time_s") is None:
             return
         measured_ms = record["step_time_s"] * 1000.0
+        if row is not None:
+            self.predictor.observe(row, measured_ms)
         gap = measured_ms - predicted
         limit = self.params.target_ms if self.params is not None else abs(gap)
         self.bias_ms += self.correction * (max(-limit, min(gap, limit)) - self.bias_ms)
@@ -411,6 +426,10 @@ class LatencyChunkRule:
 
 
 # ----------------------------------------------------------- LPRS's look ahead
+
+LEARNING_ROW = "_lprs_row"
+"""The step record's key for the dispatched batch's features, from :meth:`dispatched` to
+:meth:`observe_step` (two steps apart under async scheduling); never written out."""
 
 MAX_ROWS_PER_CALL = 512
 """A look ahead stops before a candidate that would take its call past this many rows

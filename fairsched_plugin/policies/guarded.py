@@ -9,21 +9,31 @@ has been done, so a request's deadline is a point in *served prefill work*, not 
 
 where ``backlog`` is the prefill work queued ahead (waiting prompts and the unfinished
 part of running prefills) and ``served`` counts every prefill token the engine computed.
-Once the served work reaches a request's deadline it is overdue: it outranks every
-request that is not, and overdue requests go earliest deadline first.
+A deadline is never earlier than one given before, so deadline order is arrival order.
+
+The guard keeps that promise ahead of time. Before the order lets a waiting request go
+ahead of one with an earlier deadline, the queue checks that every request it passes can
+still start by its deadline, served earliest deadline first after it (``slack_tree``: the
+EDF feasibility test, "slack stealing", O(log n)). When it cannot, the earliest deadline
+becomes *due*: the guard's cutoff moves up to it, and due requests outrank every request
+that is not, earliest deadline first. A new request joins the end of the EDF order with a
+deadline at least its FCFS start (slack >= 1 makes every deadline feasible when set), so
+no request starts later than its deadline plus one step's prefill, counted in served
+work, unless a preemption puts recomputed work ahead of it. Without the check the guard
+only reacted once the served work had passed a deadline, and then many requests could be
+overdue together and wait behind each other.
 
 Why work and not time: the same deadline in seconds needs the prefill rate, and that rate
 is not the one FCFS would have had. Serving short prompts first grows the decode batch,
 whose tokens come out of the same budget, so the rate falls exactly when the queue is
 long; deadlines from the rate measured at arrival come too early and, at heavy load,
-nearly every request went overdue and the order collapsed into FCFS (in the simulator
-255 of 300 requests at the main job's heavy load). Counted in work, the bound needs no
-estimate and holds on any engine; the backlog does not depend on the order (the same
-work is queued whatever the order).
+nearly every request went overdue and the order collapsed into FCFS. Counted in work,
+the bound needs no estimate and holds on any engine; the backlog does not depend on the
+order (the same work is queued whatever the order).
 
-The deadline is fixed at arrival, so the order at any instant has two static lanes
-(overdue by deadline, the rest by the policy's key) and queues keep one heap per lane
-(``OrderingPolicy.ranker``), comparing deadlines with :meth:`overdue_cutoff`.
+The order at any instant has two lanes (due by deadline, the rest by the policy's key);
+a request changes lane once, so queues keep one heap per lane (``OrderingPolicy.ranker``)
+and compare deadlines with :meth:`overdue_cutoff`.
 """
 
 from __future__ import annotations
@@ -57,30 +67,87 @@ class RecentMax:
 class FcfsGuard:
     """Deadlines in served prefill tokens: ``slack`` times the work FCFS would have done
     before serving the request (or the window's largest such work), plus
-    ``size_allowance`` times the request's own prefill work."""
+    ``size_allowance`` times the request's own prefill work, never earlier than the last
+    deadline given; and what the queues need to keep them (module docstring).
+
+    ``served`` counts the prefill tokens computed, ``ahead`` the running prefills' work
+    left (taken at each step's start, plus each admission since), and the EDF order of
+    the waiting requests starts once both are done: at :attr:`base`. ``position`` gives
+    a request's place in that order (its arrival among the requests given a deadline)."""
 
     def __init__(self, slack: float, window_s: float, size_allowance: float = 0.0) -> None:
         self.slack = slack
         self.size_allowance = size_allowance
         self.served = 0
+        self.ahead = 0
+        self.due = 0.0
+        """Every deadline up to this is due (only ever raised)."""
         self.recent_backlog = RecentMax(window_s)
+        self._last_deadline = 0.0
+        self._positions: dict[str, int] = {}
+        self._next_position = 0
 
-    def deadline(self, backlog_tokens: int, own_tokens: int = 0) -> float:
-        return (self.served + self.slack * max(backlog_tokens, self.recent_backlog.value)
-                + self.size_allowance * own_tokens)
+    def deadline(self, backlog_tokens: int, own_tokens: int = 0,
+                 request_id: str | None = None) -> float:
+        """A new request's deadline; with its ``request_id``, its place in the EDF order."""
+        deadline = max(self.served + self.slack * max(backlog_tokens, self.recent_backlog.value)
+                       + self.size_allowance * own_tokens, self._last_deadline)
+        self._last_deadline = deadline
+        if request_id is not None:
+            self._positions[request_id] = self._take_position()
+        return deadline
 
-    def observe_backlog(self, now: float, backlog_tokens: int) -> None:
+    def position(self, request_id: str) -> int:
+        """The request's place in deadline order (a new one at the end if it has none)."""
+        position = self._positions.get(request_id)
+        if position is None:
+            position = self._positions[request_id] = self._take_position()
+        return position
+
+    def forget(self, request_id: str) -> None:
+        self._positions.pop(request_id, None)
+
+    @property
+    def base(self) -> int:
+        """Where the waiting requests' EDF order starts, in served work."""
+        return self.served + self.ahead
+
+    @property
+    def cutoff(self) -> float:
+        """Requests whose deadline is at most this go first, earliest first: the served
+        work (overdue) or the point the check made due, whichever is later."""
+        return self.due if self.due > self.served else self.served
+
+    def make_due(self, deadline: float) -> None:
+        if deadline > self.due:
+            self.due = deadline
+
+    def admitted(self, work: int) -> None:
+        """A waiting request left the queue for the running list with ``work`` to do."""
+        self.ahead += work
+
+    def observe_backlog(self, now: float, backlog_tokens: int, running_tokens: int) -> None:
+        self.ahead = running_tokens
         self.recent_backlog.observe(now, backlog_tokens)
 
     def observe_served(self, prefill_tokens: int) -> None:
+        """A step computed ``prefill_tokens``: all of running prefills, so the work ahead
+        of the queue shrinks by as much as the served work grows (``base`` holds)."""
         self.served += prefill_tokens
+        self.ahead = max(self.ahead - prefill_tokens, 0)
 
     def describe(self) -> str:
         window = self.recent_backlog.window_s
-        return (f"overdue after slack={self.slack:g} x the FCFS backlog"
+        return (f"due after slack={self.slack:g} x the FCFS backlog"
                 + (f" (largest of the last {window:g} s)" if window else "")
                 + (f" + {self.size_allowance:g} x its own prefill" if self.size_allowance
-                   else ""))
+                   else "")
+                + ", passed only while EDF stays feasible")
+
+    def _take_position(self) -> int:
+        position = self._next_position
+        self._next_position += 1
+        return position
 
 
 class _Guarded:
@@ -89,14 +156,25 @@ class _Guarded:
     uses_deadlines = True
     guard: FcfsGuard
 
-    def deadline(self, arrival_time: float, backlog_tokens: int, own_tokens: int) -> float:
-        return self.guard.deadline(backlog_tokens, own_tokens)
+    @property
+    def admission_guard(self) -> FcfsGuard:
+        return self.guard
+
+    def deadline(self, arrival_time: float, backlog_tokens: int, own_tokens: int,
+                 request_id: str | None = None) -> float:
+        return self.guard.deadline(backlog_tokens, own_tokens, request_id)
+
+    def forget_request(self, request_id: str) -> None:
+        self.guard.forget(request_id)
 
     def overdue_cutoff(self, now: float) -> float:
+        return self.guard.cutoff
+
+    def served_work(self, now: float) -> float:
         return self.guard.served
 
-    def observe_backlog(self, now: float, backlog_tokens: int) -> None:
-        self.guard.observe_backlog(now, backlog_tokens)
+    def observe_backlog(self, now: float, backlog_tokens: int, running_tokens: int = 0) -> None:
+        self.guard.observe_backlog(now, backlog_tokens, running_tokens)
 
     def observe_step(self, prefill_tokens: int) -> None:
         self.guard.observe_served(prefill_tokens)

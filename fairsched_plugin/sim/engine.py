@@ -45,7 +45,7 @@ from .clock import VirtualClock
 from .fake_engine import model_runner_output
 from .engine_settings import SimSettings, SimulationStalled
 from .scheduler_factory import make_arm_scheduler
-from .step_models import StepModel
+from .step_models import AnalyticStepModel, StepModel
 
 
 TOO_LONG = "prompt + output tokens exceed max_model_len"
@@ -152,7 +152,11 @@ def simulate(
     nothing while requests wait and nothing more will arrive.
     """
     clock = VirtualClock()
-    scheduler = make_arm_scheduler(arm, settings, clock, trace_path)
+    # The plugin's built-in latency model detects the device it runs on: here, the one
+    # simulated (an arm's predictor.model or predictor.device still wins).
+    detected = ({"model": step_model.config.name, "device": step_model.device}
+                if isinstance(step_model, AnalyticStepModel) and step_model.device else None)
+    scheduler = make_arm_scheduler(arm, settings, clock, trace_path, detected)
     monitor = None
     if arm.name == STOCK and trace_path is not None:
         monitor = StepMonitor(trace_path, [], clock=clock)

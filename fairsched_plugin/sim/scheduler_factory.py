@@ -68,13 +68,20 @@ def _typed(text: str) -> Any:
 
 
 def make_arm_scheduler(
-    arm: Arm, settings: SimSettings, clock: VirtualClock, trace_path: Path | None
+    arm: Arm, settings: SimSettings, clock: VirtualClock, trace_path: Path | None,
+    detected: dict[str, str] | None = None,
 ) -> Scheduler:
     """The scheduler for ``arm``: stock vLLM's (``AsyncScheduler`` with async scheduling),
     or the plugin's ``FairScheduler`` (which follows the mode) with the arm's config and
-    the virtual clock."""
+    the virtual clock. ``detected``: the ``predictor.model`` and ``predictor.device`` the
+    built-in latency model would detect on the simulated engine, unless the arm sets them
+    (the scheduler's own detection would find this process's CPU and a config-only model)."""
     plugin = arm.name != STOCK
     additional = arm_additional_config(arm, trace_path) if plugin else {}
+    if plugin and detected:
+        predictor = additional["fairsched"].setdefault("predictor", {})
+        for key, value in detected.items():
+            predictor.setdefault(key, value)
     if plugin:
         # No server reads a simulated engine's metrics snapshot, and virtual seconds
         # would have it rewritten many times per wall second.

@@ -1,0 +1,244 @@
+"""The latency model LPRS uses when no trained one is given: nothing to prepare.
+
+Built at start-up from what the engine already knows: the served model's config (layers,
+hidden size, heads, KV heads, intermediate size, vocabulary, dtype, quantization, MoE)
+and the accelerator it runs on (the CUDA device's name, an Ascend NPU). Its first guess
+is the simulator's roofline (``sim.analytic``: FLOPs and bytes per part of a step over
+the preset's peak and bandwidth), evaluated from the predictor's 16 batch features.
+
+Then it learns from the step times the engine reports (:meth:`observe`): a least-squares
+fit, with older steps forgotten, of the measured time on a few terms of the batch. With a
+known accelerator the terms are the roofline's own time and a constant (a wrong preset,
+efficiency or overhead comes out as a scale and an offset); on an accelerator it has no
+preset for (the CPU, a new GPU) the terms are the batch's tokens, attention pairs, KV
+reads and requests, fitted from nothing. Until that fit has seen ``warmup`` steps it
+says it is not ready and LPRS plans as the token budget does (stock's chunks); the
+predictor guard (``policies.lprs_guard``) then judges its error as for any model.
+
+Only numpy is imported; the scheduler calls :meth:`predict` every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..sim.analytic import elementwise_elements, linear_activation_elements
+from ..sim.analytic import linear_params_per_layer
+from ..sim.hardware import ACCELERATORS, Accelerator, PresetError, TransformerConfig
+from ..sim.hardware import accelerator_key, model_config, transformer_config, with_overrides
+from .features import FEATURE_NAMES
+
+_F = {name: FEATURE_NAMES.index(name) for name in FEATURE_NAMES}
+
+DEVICE_NAMES: tuple[tuple[str, str], ...] = (
+    ("H200", "h200"), ("H100", "h100"), ("A100", "a100-80gb"), ("4090", "rtx4090"),
+    ("RTX PRO 5000", "rtxpro5000"), ("910B", "ascend910b"),
+)
+"""Substrings of a device name (as CUDA or the NPU runtime reports it) and the preset."""
+
+_QUANTIZED_BYTES = {"fp8": 1, "fbgemm_fp8": 1, "modelopt": 1, "compressed-tensors": 1,
+                    "awq": 1, "gptq": 1, "awq_marlin": 1, "gptq_marlin": 1, "bitsandbytes": 1}
+"""Bytes per weight the roofline reads under a quantization method (4-bit methods are
+counted as 1 byte: their dequantization costs about what the extra half byte would)."""
+
+
+def preset_for_device(device_type: str, device_name: str) -> str | None:
+    """The accelerator preset for a device, or None when there is none (the CPU)."""
+    if device_type == "npu":
+        return "ascend910b"
+    if device_type not in ("cuda", "rocm"):
+        return None
+    upper = device_name.upper()
+    return next((preset for part, preset in DEVICE_NAMES if part.upper() in upper), None)
+
+
+def served_transformer(hf_config: Any, dtype: str, quantization: str | None,
+                       name: str) -> TransformerConfig:
+    """The served model's shape from vLLM's ``hf_text_config``. A mixture of experts
+    counts the experts each token runs (``num_experts_per_tok`` x ``moe_intermediate_size``,
+    plus a shared expert) as its MLP: the FLOPs; the weight reads of the other experts
+    are left to the online fit."""
+    fields = hf_config.to_dict() if hasattr(hf_config, "to_dict") else dict(hf_config)
+    experts_per_token = fields.get("num_experts_per_tok")
+    moe_size = fields.get("moe_intermediate_size")
+    if experts_per_token and moe_size:
+        fields["intermediate_size"] = (int(experts_per_token) * int(moe_size)
+                                       + int(fields.get("shared_expert_intermediate_size") or 0))
+    config = transformer_config(fields, name, dtype=dtype)
+    if quantization in _QUANTIZED_BYTES:
+        config = TransformerConfig(**{**config.__dict__,
+                                      "bytes_per_param": _QUANTIZED_BYTES[quantization]})
+    return config
+
+
+def parse_device(spec: str) -> Accelerator:
+    """``PRESET[:field=value...]`` (``h100:bandwidth_efficiency=0.63``) -> its preset."""
+    name, *overrides = spec.split(":")
+    values: dict[str, float] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise PresetError(f"device {spec!r}: {item!r} is not field=value")
+        try:
+            values[key] = float(value)
+        except ValueError:
+            raise PresetError(f"device {spec!r}: {value!r} is not a number") from None
+    return with_overrides(ACCELERATORS[accelerator_key(name)], **values)
+
+
+def roofline_ms(rows: np.ndarray, cfg: TransformerConfig, acc: Accelerator) -> np.ndarray:
+    """``sim.analytic.step_time_s`` of each row's batch, in ms, from its features alone.
+
+    The features keep sums, not each sequence: a step's several prefill chunks are taken
+    as equal (exact for one, the usual case), each decode as one token."""
+    rows = np.asarray(rows, dtype=np.float64)
+    prefill = rows[:, _F["prefill_tokens"]]
+    decode = rows[:, _F["decode_tokens"]]
+    requests = rows[:, _F["batch_request_count"]]
+    decode_context = rows[:, _F["sum_decode_context_len"]]
+    processed = rows[:, _F["prefill_processed_tokens"]]
+    chunks = np.maximum(requests - decode, 1.0)
+    tokens = prefill + decode
+    pairs = (decode_context + decode + prefill * processed / chunks
+             + prefill * (prefill / chunks + 1.0) / 2.0)
+    kv_read = prefill + processed + decode_context + decode
+    b, layers = cfg.bytes_per_param, cfg.num_layers
+    params = linear_params_per_layer(cfg)
+    bandwidth = acc.bandwidth * acc.bandwidth_efficiency
+    linear = np.maximum(2.0 * tokens * params * layers / (acc.peak_flops * acc.gemm_efficiency),
+                        layers * (params + tokens * linear_activation_elements(cfg)) * b
+                        / bandwidth)
+    elementwise = layers * tokens * elementwise_elements(cfg) * b / bandwidth
+    attention = np.maximum(
+        4.0 * cfg.num_heads * cfg.head_dim * pairs * layers
+        / (acc.peak_flops * acc.attention_efficiency),
+        layers * 2 * cfg.num_kv_heads * cfg.head_dim * b * kv_read / bandwidth)
+    head_params = cfg.hidden_size * cfg.vocab_size
+    head = np.maximum(2.0 * head_params * requests / (acc.peak_flops * acc.gemm_efficiency),
+                      head_params * b / bandwidth)
+    return (linear + elementwise + attention + head + acc.step_overhead_s) * 1000.0
+
+
+def batch_terms(rows: np.ndarray) -> np.ndarray:
+    """What a step's time grows with, for an accelerator with no preset: a constant,
+    tokens (thousands), attention pairs (millions), KV tokens read (hundred-thousands)
+    and requests (hundreds); scaled so that one fit handles them alike."""
+    rows = np.asarray(rows, dtype=np.float64)
+    prefill = rows[:, _F["prefill_tokens"]]
+    decode = rows[:, _F["decode_tokens"]]
+    processed = rows[:, _F["prefill_processed_tokens"]]
+    decode_context = rows[:, _F["sum_decode_context_len"]]
+    requests = rows[:, _F["batch_request_count"]]
+    chunks = np.maximum(requests - decode, 1.0)
+    pairs = (decode_context + decode + prefill * processed / chunks
+             + prefill * (prefill / chunks + 1.0) / 2.0)
+    return np.column_stack([np.ones(len(rows)), (prefill + decode) / 1e3, pairs / 1e6,
+                            (prefill + processed + decode_context + decode) / 1e5,
+                            requests / 1e2])
+
+
+@dataclass(frozen=True)
+class FitParams:
+    """The online fit: older steps count ``forget`` times less per step (0.98: a memory of
+    about 50 steps), and the model is ready after ``warmup`` steps."""
+
+    forget: float = 0.98
+    warmup: int = 32
+    ridge: float = 1e-3
+
+
+class RooflineLatencyModel:
+    """A ``chunk_rule.BatchLatencyModel`` with nothing to prepare (module docstring).
+
+    Args:
+        cfg: the served model's shape.
+        acc: the accelerator's preset, or None where there is none (fitted from nothing).
+        source: one line saying where the model came from, for the start-up log and the
+            metrics.
+    """
+
+    def __init__(self, cfg: TransformerConfig, acc: Accelerator | None, source: str,
+                 fit: FitParams = FitParams()) -> None:
+        self.cfg = cfg
+        self.acc = acc
+        self.source = source
+        self.fit = fit
+        width = 2 if acc is not None else 5
+        # Normal equations with a ridge towards the prior: the roofline as it is (weights
+        # 0 and 1), or nothing at all without a preset.
+        self._prior = np.array([0.0, 1.0]) if acc is not None else np.zeros(width)
+        self._xtx = np.eye(width) * fit.ridge
+        self._xty = self._prior * fit.ridge
+        self.weights = self._prior.copy()
+        self.steps_seen = 0
+
+    @property
+    def ready(self) -> bool:
+        """Whether LPRS may plan with it: always with a preset, after ``warmup`` steps
+        without one."""
+        return self.acc is not None or self.steps_seen >= self.fit.warmup
+
+    def _terms(self, rows: np.ndarray) -> np.ndarray:
+        if self.acc is None:
+            return batch_terms(rows)
+        return np.column_stack([np.ones(len(rows)), roofline_ms(rows, self.cfg, self.acc)])
+
+    def predict(self, rows: np.ndarray) -> np.ndarray:
+        """Predicted step time (ms) of each row's batch, never below 0."""
+        return np.maximum(self._terms(rows) @ self.weights, 0.0)
+
+    def observe(self, row: np.ndarray, measured_ms: float) -> None:
+        """A dispatched batch's features and its measured step time: one more step in the
+        fit (a non-finite or non-positive time is ignored)."""
+        if not 0.0 < measured_ms < np.inf:
+            return
+        x = self._terms(np.asarray(row)[None, :])[0]
+        forget = self.fit.forget
+        self._xtx = forget * self._xtx + np.outer(x, x)
+        self._xty = forget * self._xty + x * measured_ms
+        ridge = self.fit.ridge
+        self.weights = np.linalg.solve(self._xtx + ridge * np.eye(len(x)),
+                                       self._xty + ridge * self._prior)
+        self.steps_seen += 1
+
+    def outside_range(self, row: np.ndarray) -> list[str]:
+        """No training range: the roofline and the fit take any batch."""
+        return []
+
+    def training_range(self, feature: str) -> tuple[float, float]:
+        raise KeyError(f"the built-in latency model has no training range ({feature})")
+
+    def describe(self) -> str:
+        if self.acc is None:
+            return f"{self.source}; fitted online ({self.steps_seen} steps)"
+        scale, offset = self.weights[1], self.weights[0]
+        return f"{self.source}; online fit {scale:.2f} x roofline {offset:+.1f} ms"
+
+
+def built_in_model(model_spec: str, device_spec: str, *, vllm_model_config: Any = None,
+                   device_type: str = "cpu", device_name: str = "") -> RooflineLatencyModel:
+    """The model for ``predictor.model`` and ``predictor.device`` ("auto": vLLM's model
+    config and the detected device; otherwise a preset or config.json, and a preset with
+    optional ``field=value`` overrides)."""
+    if model_spec == "auto":
+        if vllm_model_config is None:
+            raise PresetError("predictor.model is auto but no vLLM model config is at hand")
+        dtype = str(vllm_model_config.dtype).removeprefix("torch.")
+        cfg = served_transformer(vllm_model_config.hf_text_config, dtype,
+                                 vllm_model_config.quantization, str(vllm_model_config.model))
+        model_from = f"{vllm_model_config.model}'s config"
+    else:
+        cfg = model_config(model_spec)
+        model_from = model_spec
+    if device_spec == "auto":
+        preset = preset_for_device(device_type, device_name)
+        acc = ACCELERATORS[preset] if preset is not None else None
+        device_from = (f"{acc.name} (detected: {device_name or device_type})" if acc is not None
+                       else f"no preset for {device_name or device_type}")
+    else:
+        acc = parse_device(device_spec)
+        device_from = f"{acc.name} (predictor.device {device_spec})"
+    return RooflineLatencyModel(cfg, acc, f"roofline of {model_from} on {device_from}")

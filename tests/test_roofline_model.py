@@ -1,0 +1,118 @@
+"""The built-in latency model: the simulator's roofline from the 16 features, its online
+fit against measured step times (a wrong preset, an unknown device), the device presets,
+and LPRS planning as the token budget does until the model is ready."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fairsched_plugin.predictor.features import MemoryState, batch_row
+from fairsched_plugin.predictor.roofline import (RooflineLatencyModel, built_in_model,
+                                                 parse_device, preset_for_device, roofline_ms)
+from fairsched_plugin.sim.analytic import step_time_s
+from fairsched_plugin.sim.batch import SimBatch
+from fairsched_plugin.sim.hardware import PresetError, accelerator, model_config
+
+MEMORY = MemoryState(0.0, 0.0, 0.0, 0.0)
+QWEN = model_config("qwen3-8b")
+H100 = accelerator("h100")
+
+
+def _batches(rng: np.random.Generator, n: int) -> list[SimBatch]:
+    """Steps of a busy engine: up to 300 decodes and at most one prefill chunk."""
+    out = []
+    for _ in range(n):
+        decodes = [(int(c), 1) for c in rng.integers(10, 8000, int(rng.integers(0, 300)))]
+        prefills = ([(int(rng.integers(1, 8192)), int(rng.integers(0, 30000)))]
+                    if rng.random() < 0.8 or not decodes else [])
+        out.append(SimBatch(prefills=prefills, decodes=decodes))
+    return out
+
+
+def _row(batch: SimBatch) -> np.ndarray:
+    return batch_row(batch.stats(), MEMORY)
+
+
+def test_the_roofline_from_features_is_the_simulators_step_time():
+    for batch in _batches(np.random.default_rng(0), 200):
+        assert roofline_ms(_row(batch)[None, :], QWEN, H100)[0] == pytest.approx(
+            step_time_s(QWEN, H100, batch) * 1000.0, rel=1e-4)
+
+
+@pytest.mark.parametrize("wrong", [
+    {"bandwidth_efficiency": 0.63}, {"bandwidth_efficiency": 1.17},
+    {"step_overhead_s": 0.0035}])
+def test_the_online_fit_corrects_a_wrong_preset(wrong):
+    """The engine is an H100 as the preset says; the model starts from a preset that is
+    off (bandwidth 0.7x or 1.3x, 2 ms more overhead) and learns the truth from steps."""
+    model = RooflineLatencyModel(QWEN, dataclasses.replace(H100, **wrong), "test")
+    batches = _batches(np.random.default_rng(1), 400)
+    truth = [step_time_s(QWEN, H100, b) * 1000.0 for b in batches]
+
+    def error(sample: slice) -> float:
+        predicted = model.predict(np.stack([_row(b) for b in batches[sample]]))
+        return float(np.median(np.abs(predicted - truth[sample]) / truth[sample]))
+
+    before = error(slice(300, 400))
+    for batch, measured in zip(batches[:300], truth[:300]):
+        model.observe(_row(batch), measured)
+    after = error(slice(300, 400))
+    assert after < 0.05
+    assert after < before / 2 or before < 0.05
+
+
+def test_without_a_preset_it_is_fitted_from_nothing_and_ready_only_after_warmup():
+    model = RooflineLatencyModel(QWEN, None, "test")
+    batches = _batches(np.random.default_rng(2), 400)
+    truth = np.array([step_time_s(QWEN, H100, b) * 1000.0 for b in batches])
+    assert not model.ready
+    for i, (batch, measured) in enumerate(zip(batches[:300], truth[:300])):
+        model.observe(_row(batch), measured)
+        assert model.ready == (i + 1 >= model.fit.warmup)
+    predicted = model.predict(np.stack([_row(b) for b in batches[300:]]))
+    assert np.median(np.abs(predicted - truth[300:]) / truth[300:]) < 0.10
+
+
+def test_bad_measurements_are_ignored():
+    model = RooflineLatencyModel(QWEN, H100, "test")
+    row = _row(SimBatch(prefills=[(512, 0)]))
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        model.observe(row, bad)
+    assert model.steps_seen == 0
+
+
+@pytest.mark.parametrize("device_type,name,preset", [
+    ("cuda", "NVIDIA H100 80GB HBM3", "h100"), ("cuda", "NVIDIA H200", "h200"),
+    ("cuda", "NVIDIA A100-SXM4-80GB", "a100-80gb"), ("cuda", "NVIDIA GeForce RTX 4090",
+                                                     "rtx4090"),
+    ("npu", "Ascend910B2", "ascend910b"), ("cuda", "NVIDIA L4", None), ("cpu", "", None)])
+def test_devices_map_to_their_presets(device_type, name, preset):
+    assert preset_for_device(device_type, name) == preset
+
+
+def test_a_device_spec_takes_field_overrides_and_names_bad_ones():
+    assert parse_device("h100:bandwidth_efficiency=0.63").bandwidth_efficiency == 0.63
+    with pytest.raises(PresetError, match="unknown accelerator"):
+        parse_device("h1000")
+    with pytest.raises(PresetError, match="not field=value"):
+        parse_device("h100:fast")
+    with pytest.raises(PresetError, match="unknown accelerator field"):
+        parse_device("h100:speed=2")
+
+
+def test_the_served_models_config_and_the_detected_device(tiny_model):
+    """From vLLM's own model config, as the scheduler builds it at start-up."""
+    from vllm.config import ModelConfig
+
+    config = ModelConfig(model=str(tiny_model), dtype="float32", skip_tokenizer_init=True)
+    on_h100 = built_in_model("auto", "auto", vllm_model_config=config, device_type="cuda",
+                             device_name="NVIDIA H100 80GB HBM3")
+    assert on_h100.ready and on_h100.acc.name == "H100 SXM"
+    assert on_h100.cfg.num_layers == config.hf_text_config.num_hidden_layers
+    assert on_h100.cfg.bytes_per_param == 4
+    assert "detected: NVIDIA H100 80GB HBM3" in on_h100.describe()
+    on_cpu = built_in_model("auto", "auto", vllm_model_config=config, device_type="cpu")
+    assert not on_cpu.ready and "no preset for cpu" in on_cpu.describe()
