@@ -4,15 +4,19 @@ Every arm runs the same fake-output workload (the real vLLM scheduler, KV-cache 
 ``update_from_output``; no model) with 100, 1,000 and 10,000 requests waiting. Steps of the
 arms are interleaved, in an order that rotates every round, so machine noise and the
 position in the round hit them alike; figures are ratios of medians measured in this one
-run. Target: at most 1.05x stock at 1,000 and 10,000 waiting.
+run. Target: at most 1.05x stock at 100, 1,000 and 10,000 waiting.
 
-Three workloads, because a policy changes what the scheduler has to do:
+Four workloads, because a policy changes what the scheduler has to do:
 
 * ``uniform``: every prompt 1,024 tokens, every output 32. Every policy then makes the same
   decisions as stock, so the ratio is the adapter's own overhead (plan, hook, heap).
 * ``decodes``: 32-token prompts with 2,000-token outputs and ``max_num_seqs`` 256, so
   about 250 decodes run every step beside the waiting queue, as under heavy load on a real
   server: the per-running-request cost of the adapter shows here.
+* ``prefills``: 8,000-token prompts and vLLM's long-prefill threshold at 64 tokens, so 8
+  partial prefills share every step (100 waiting): LPRS and APC's cost per step where they
+  have the most to decide. The target there is at most 100 us more than stock per step,
+  printed as ``+us``.
 * ``mixed``: prompts 16-3,000 tokens. Shortest-first policies admit short prompts first,
   so their batches hold more decodes and vLLM's own loop does more work per step; the fair
   comparison is the time per request scheduled in the step, printed as ``per req``.
@@ -51,8 +55,16 @@ DEFAULT = FairschedConfig().policy
 ARMS = {
     "stock": (AsyncScheduler, {}),
     "fcfs": (FairScheduler, {"policy": "fcfs"}),
-    # The default: its guard counts every step's prefill work (StepMonitor).
+    # The default: its guard counts every step's prefill work (StepMonitor); LPRS and APC
+    # are on, with the built-in latency model, which on this CPU fits from measured steps.
     "default": (FairScheduler, {"policy": DEFAULT}),
+    # The default with the built-in model's H100 preset: LPRS plans from the first step
+    # (the guard off: the fake steps' microseconds would otherwise make it fall back).
+    "default-h100": (FairScheduler, {"policy": DEFAULT, "lprs": {"guard_window": 0},
+                                     "predictor": {"model": "qwen3-8b", "device": "h100"}}),
+    # The guard alone, LPRS and APC off.
+    "guard-only": (FairScheduler, {"policy": DEFAULT, "lprs": {"enabled": False},
+                                   "apc": {"enabled": False}}),
     "guarded-aging": (FairScheduler, {"policy": "guarded-aging"}),
     "aging": (FairScheduler, {"policy": "aging", "aging": {"alpha": 37.5}}),
     # The automatic alpha also times every step to measure prefill speed.
@@ -76,6 +88,8 @@ def _engine(
         num_blocks=200_000,
         async_scheduling=True,
         additional_config={"fairsched": config},
+        # ``prefills``: vLLM's long-prefill threshold shares the budget among 8 prompts.
+        long_prefill_token_threshold=64 if workload == "prefills" else 0,
     )
     engine = OfflineEngine(scheduler)
     rng = random.Random(waiting)
@@ -84,6 +98,8 @@ def _engine(
             prompt, output = 1024, 32
         elif workload == "decodes":
             prompt, output = 32, 2000
+        elif workload == "prefills":
+            prompt, output = 8000, 4
         else:
             prompt, output = rng.randint(16, 3000), rng.randint(8, 64)
         engine.add([make_request(f"r{i}", prompt, output, arrival_time=i * 1e-3)])
@@ -175,8 +191,8 @@ def main() -> None:
     print(f"{'workload':>8} {'waiting':>7} {'stock us':>9} {'stock range':>11} "
           + " ".join(f"{name + ' x':>17}" for name in arms)
           + f" {'reqs/step':>9} " + " ".join(f"{name + ' per req':>15}" for name in arms))
-    for workload in ("uniform", "decodes", "mixed"):
-        for waiting in SIZES:
+    for workload in ("uniform", "decodes", "mixed", "prefills"):
+        for waiting in (SIZES if workload != "prefills" else SIZES[:1]):
             m = measure(model_dir, waiting, args.steps, workload, args.full_step,
                         args.instances)
             stock = m["stock"]["step_us"]
@@ -196,6 +212,9 @@ def main() -> None:
                            for name in arms),
                 flush=True,
             )
+            if workload == "prefills":
+                print(" " * 17 + "+us per step: " + ", ".join(
+                    f"{name} {m[name]['step_us'] - stock:+.0f}" for name in arms), flush=True)
 
 if __name__ == "__main__":
     main()

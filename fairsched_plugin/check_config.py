@@ -41,6 +41,7 @@ from .config import (
     load_config,
     misplaced_keys,
     misplaced_message,
+    resolve_auto_switches,
 )
 from .policies.registry import make_policy
 from .predictor.environment import vllm_version
@@ -70,9 +71,10 @@ CHECKED = (
     "the installed vLLM release against the tested range and FAIRSCHED_STRICT_VLLM (read "
     "from the package metadata, not imported)",
     "building the selected policy",
-    "with lprs.enabled: ONNX Runtime installed and importable, the latency model at "
-    "predictor.path loaded on predictor.provider (a provider this ONNX Runtime lacks is "
-    "start-up's warning, and the CPU) and its metadata checked",
+    "with lprs.enabled and predictor.path: ONNX Runtime installed and importable, the "
+    "latency model at predictor.path loaded on predictor.provider (a provider this ONNX "
+    "Runtime lacks is start-up's warning, and the CPU) and its metadata checked; without "
+    "predictor.path, the built-in model's predictor.model and predictor.device presets",
     "with profile.path: an existing profile file can be appended to",
 )
 NOT_CHECKED = (
@@ -158,9 +160,11 @@ def check(additional_config: Mapping[str, Any] | None, environ: Mapping[str, str
     make_policy(config)
     # The engine's provider under "auto" is decided in its own process: not known here.
     memory = None if config.profile.memory == "auto" else config.profile.memory
-    if config.lprs.enabled:
+    if config.lprs.enabled and config.predictor.path:
         predictor = LatencyPredictor.from_config(config.predictor, memory)
         notes.append(_predictor_note(predictor, memory, config))
+    elif config.lprs.enabled:
+        notes.append(_built_in_note(config))
     if config.profile.path and check_resumable(Path(config.profile.path), memory):
         notes.append(f"profile.path {config.profile.path}: start-up appends to the "
                      "profile there")
@@ -179,6 +183,19 @@ def _vllm_release(environ: Mapping[str, str]) -> str:
     return f"vLLM {version}: in the tested range (>={low},<{high})"
 
 
+def _built_in_note(config: FairschedConfig) -> str:
+    """What the built-in latency model will start from (the device is detected by the
+    engine, not here)."""
+    predictor = config.predictor
+    model = ("the served model's config" if predictor.model == "auto"
+             else f"model {predictor.model}")
+    device = ("the accelerator the engine detects (none known on a CPU: it then learns "
+              "from measured steps and LPRS plans as the token budget does until it fits)"
+              if predictor.device == "auto" else f"device {predictor.device}")
+    return (f"LPRS uses the built-in latency model (no predictor.path): the roofline of "
+            f"{model} on {device}, fitted online to measured step times")
+
+
 def _predictor_note(predictor: LatencyPredictor, memory: str | None,
                     config: FairschedConfig) -> str:
     recorded = predictor.metadata["memory_provider"]
@@ -194,7 +211,8 @@ def _settings(config: FairschedConfig, additional_config: Mapping[str, Any] | No
               environ: Mapping[str, str], origin: str) -> list[Setting]:
     """The policy and every key whose value is not the default, with its source."""
     section = (additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
-    defaults = FairschedConfig()
+    # The "auto" switches resolve by policy: compare with their value under this one.
+    defaults = resolve_auto_switches(FairschedConfig(policy=config.policy))
     out = []
     for key in KEYS:
         value, default = key_value(config, key.path), key_value(defaults, key.path)

@@ -31,13 +31,15 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 import typing
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .policies.registry import POLICIES
 
 # Every section class is re-exported: callers take the whole configuration from here.
+from .predictor.roofline import parse_device
+from .sim.hardware import MODEL_ALIASES, MODEL_CONFIGS, PresetError
 from .settings import (
     AUTO,
     AFLCBConfig,
@@ -174,12 +176,17 @@ KEYS: tuple[_Key, ...] = (
     _Key("guarded_srpf.size_allowance", float,
          "a finite number >= 0 (a request may also be passed by this many times its own "
          "prefill work before it is overdue)", _non_negative),
+    _Key("guarded_srpf.persist_s", float,
+         "a finite number >= 0 (slack beyond 1 applies only to the backlog that persisted "
+         "through the last persist_s seconds; 0: to the whole backlog)", _non_negative),
     _Key("guarded_aging.slack", float, "a finite number > 0 (as guarded_srpf.slack)",
          _positive),
     _Key("guarded_aging.window_s", float, "a finite number >= 0 (as guarded_srpf.window_s)",
          _non_negative),
     _Key("guarded_aging.size_allowance", float,
          "a finite number >= 0 (as guarded_srpf.size_allowance)", _non_negative),
+    _Key("guarded_aging.persist_s", float, "a finite number >= 0 (as guarded_srpf.persist_s)",
+         _non_negative),
     _Key("guarded_aging.auto_factor", float,
          "a finite number > 0: alpha = auto_factor * prefill tokens/s, as aging.auto_factor",
          _positive),
@@ -250,8 +257,9 @@ KEYS: tuple[_Key, ...] = (
          '"auto" (the detected accelerator) or an accelerator preset with optional '
          ":field=value overrides (h100:bandwidth_efficiency=0.63): where the built-in "
          "latency model starts when predictor.path is empty", see="docs/predictor.md"),
-    _Key("lprs.enabled", bool, "true or false (choose prefill chunks by predicted latency; "
-         "with predictor.path's model, else the built-in one)"),
+    _Key("lprs.enabled", bool, '"auto" (on unless the policy is fcfs, the control), true or '
+         "false (choose prefill chunks by predicted latency; with predictor.path's model, "
+         "else the built-in one)", allow_auto=True),
     _Key("lprs.target_ms", float, "a finite number > 0 (target batch time, ms)", _positive),
     _Key("lprs.granularity", int, "an integer >= 1 (chunk search step, tokens)",
          lambda v: v >= 1),
@@ -280,7 +288,8 @@ KEYS: tuple[_Key, ...] = (
          "a number in [0, 1]: LPRS also falls back when it cut chunks in most steps of the "
          "window while their median time was below this x target_ms (0: never)",
          lambda v: 0 <= v <= 1),
-    _Key("apc.enabled", bool, "true or false (active prefill control)"),
+    _Key("apc.enabled", bool, '"auto" (on unless the policy is fcfs, the control), true or '
+         "false (active prefill control)", allow_auto=True),
     _Key("apc.max_active_prefills", int, "an integer >= 1 (C_max: prefills active at once)",
          lambda v: v >= 1),
     _Key("apc.min_chunk", int, "an integer >= 1 (L_min: the minimum useful chunk, tokens)",
@@ -619,7 +628,7 @@ def _to_bool(value: Any) -> bool:
 
 
 def _build(values: Mapping[str, Any]) -> FairschedConfig:
-    config = _nest(values)
+    config = resolve_auto_switches(_nest(values))
     lprs = config.lprs
     if lprs.overflow_penalty <= lprs.underfill_penalty:
         raise ConfigError(
@@ -649,12 +658,20 @@ def _build(values: Mapping[str, Any]) -> FairschedConfig:
     return config
 
 
+def resolve_auto_switches(config: FairschedConfig) -> FairschedConfig:
+    """``lprs.enabled`` and ``apc.enabled`` "auto": on, unless the policy is ``fcfs``, which
+    stays vLLM's own schedule (the control arm)."""
+    on = config.policy != "fcfs"
+    if config.lprs.enabled == AUTO:
+        config = replace(config, lprs=replace(config.lprs, enabled=on))
+    if config.apc.enabled == AUTO:
+        config = replace(config, apc=replace(config.apc, enabled=on))
+    return config
+
+
 def _check_built_in_model(predictor: Any) -> None:
     """``predictor.model`` and ``predictor.device`` name presets that exist (a config.json
     path is read when the engine starts)."""
-    from .predictor.roofline import parse_device
-    from .sim.hardware import MODEL_ALIASES, MODEL_CONFIGS, PresetError
-
     if predictor.device != "auto":
         try:
             parse_device(predictor.device)

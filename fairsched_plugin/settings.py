@@ -35,6 +35,7 @@ class GuardedSRPFConfig:
     slack: float = 1.15
     window_s: float = 0.0
     size_allowance: float = 1.0
+    persist_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class GuardedAgingConfig:
     window_s: float = 0.0
     auto_factor: float = 0.25
     size_allowance: float = 0.0
+    persist_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,9 @@ class LPRSConfig:
     ``guard_*``: when to stop trusting a predictor that does not fit the engine
     (``policies.lprs_guard``)."""
 
-    enabled: bool = False
-    target_ms: float = 50.0
+    enabled: bool | str = "auto"
+    """"auto": on unless the policy is ``fcfs`` (resolved when the config is loaded)."""
+    target_ms: float = 100.0
     granularity: int = 32
     underfill_penalty: float = 1.0
     overflow_penalty: float = 4.0
@@ -137,7 +140,8 @@ class APCConfig:
     """Active prefill control (seed 000 §3.3): a dynamic cap on active prefills, a minimum
     useful chunk, warm start, and a bound on how long one prefill can be held back."""
 
-    enabled: bool = False
+    enabled: bool | str = "auto"
+    """"auto": on unless the policy is ``fcfs`` (resolved when the config is loaded)."""
     max_active_prefills: int = 8
     min_chunk: int = 16
     max_deferred_steps: int = 64

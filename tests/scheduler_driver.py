@@ -18,9 +18,15 @@ def scheduler_engine(model_dir, fairsched: dict | None, cls: type, *, budget: in
     """An engine over ``cls`` with ``fairsched`` as its ``additional_config["fairsched"]``
     (None: no additional config) and a token budget of ``budget`` unless
     ``max_num_batched_tokens`` is given. Async scheduling goes with the class, as vLLM
-    pairs them: on for an ``AsyncScheduler`` subclass, off otherwise."""
+    pairs them: on for an ``AsyncScheduler`` subclass, off otherwise.
+
+    The policy alone: LPRS and APC (on by default) are off unless ``fairsched`` names
+    them, so these tests see the order and vLLM's token-budget chunks; the default with
+    both is tested on its own (``test_default_service``)."""
     kwargs.setdefault("max_num_batched_tokens", budget)
     kwargs.setdefault("async_scheduling", issubclass(cls, AsyncScheduler))
+    if fairsched is not None:
+        fairsched = {"lprs": {"enabled": False}, "apc": {"enabled": False}, **fairsched}
     additional = None if fairsched is None else {"fairsched": fairsched}
     return OfflineEngine(make_scheduler(cls, model_dir, additional_config=additional, **kwargs))
 

@@ -38,7 +38,7 @@ def test_switches_and_shared_settings():
     [
         ("fcfs+turbo", None, "unknown arm"),
         ("nope", None, "unknown arm"),
-        ("fcfs+lprs", None, "predictor.path"),  # checked before any server starts
+        ("fcfs:predictor.device=h1000", None, "predictor.device"),  # before any server starts
         ("fcfs,fcfs", None, "distinct"),
         ("stock,fcfs", {"FAIRSCHED_SERVICE": "ranked"}, "stock"),
         ("spf", {"FAIRSCHED_MAX_BATCH_SIZE": "0"}, "max_batch_size"),

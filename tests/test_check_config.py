@@ -15,7 +15,8 @@ import pytest
 
 from fairsched_plugin.adapter.ascend import check_ascend_scheduler_settings
 from fairsched_plugin.check_config import EXIT_OK, EXIT_REFUSED, EXIT_UNREADABLE
-from fairsched_plugin.config import KEYS, ConfigError, FairschedConfig, load_config
+from fairsched_plugin.config import (KEYS, ConfigError, FairschedConfig, load_config,
+                                     resolve_auto_switches)
 from fairsched_plugin.predictor.profiling import ProfileError, ProfileWriter
 from fairsched_plugin.predictor.runtime import LatencyPredictor, PredictorError
 
@@ -256,7 +257,7 @@ def test_start_up_warns_with_the_message_check_config_refuses_with(caplog):
     additional = {"policy": "aging", "ascend_scheduler_config": {"enabled": False}}
     with caplog.at_level(logging.WARNING, logger="vllm.fairsched"):
         config = load_config(additional, {})
-    assert config == FairschedConfig()
+    assert config == resolve_auto_switches(FairschedConfig())
     warnings = [r for r in caplog.records
                 if r.name == "vllm.fairsched" and r.levelno == logging.WARNING]
     assert len(warnings) == 1

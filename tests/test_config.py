@@ -11,6 +11,7 @@ import re
 import pytest
 
 from fairsched_plugin.config import (
+    resolve_auto_switches,
     CONFIG_ENV,
     AgingConfig,
     ConfigError,
@@ -27,6 +28,14 @@ from fairsched_plugin.policies import (
     make_policy,
 )
 
+def _loaded(*args, **fields) -> FairschedConfig:
+    """The config these fields load as: LPRS and APC's "auto" resolved for the policy."""
+    return resolve_auto_switches(FairschedConfig(*args, **fields))
+
+
+DEFAULTS = _loaded()
+"""The defaults as loaded: LPRS and APC's "auto" resolved for the default policy."""
+
 
 def load(additional=None, **env):
     return load_config(additional_config=additional, environ=env)
@@ -42,7 +51,7 @@ def fs(section):
 
 def test_defaults():
     config = load()
-    assert config == FairschedConfig(policy="guarded-srpf",
+    assert config == _loaded(policy="guarded-srpf",
                                      aging=AgingConfig(alpha="auto", beta=-1.0))
     assert config.policy == "guarded-srpf"
     assert (config.guarded_srpf.slack, config.guarded_srpf.window_s,
@@ -56,14 +65,14 @@ def test_defaults():
 
 
 def test_defaults_with_empty_sources():
-    assert load({}) == FairschedConfig()
-    assert load(fs({})) == FairschedConfig()
-    assert load({"other_plugin": {"x": 1}}) == FairschedConfig()
-    assert load(fs(None)) == FairschedConfig()
+    assert load({}) == DEFAULTS
+    assert load(fs({})) == DEFAULTS
+    assert load({"other_plugin": {"x": 1}}) == DEFAULTS
+    assert load(fs(None)) == DEFAULTS
 
 
 def test_unrelated_environment_is_ignored():
-    assert load(PATH="/usr/bin", VLLM_FOO="1", fairsched_policy="fcfs") == FairschedConfig()
+    assert load(PATH="/usr/bin", VLLM_FOO="1", fairsched_policy="fcfs") == DEFAULTS
 
 
 def test_explicit_environ_ignores_process_environment(monkeypatch):
@@ -96,7 +105,7 @@ def test_make_policy_from_config():
 
 def test_additional_config_nested():
     config = load(fs({"policy": "fcfs", "aging": {"alpha": 5, "beta": -2.5}}))
-    assert config == FairschedConfig(policy="fcfs", aging=AgingConfig(alpha=5.0, beta=-2.5))
+    assert config == _loaded(policy="fcfs", aging=AgingConfig(alpha=5.0, beta=-2.5))
     assert isinstance(config.aging.alpha, float)
 
 
@@ -116,7 +125,7 @@ def test_policy_name_is_normalised():
 
 def test_env_vars():
     config = load(FAIRSCHED_POLICY="fcfs", FAIRSCHED_AGING_ALPHA="12.5", FAIRSCHED_AGING_BETA="-2")
-    assert config == FairschedConfig(policy="fcfs", aging=AgingConfig(alpha=12.5, beta=-2.0))
+    assert config == _loaded(policy="fcfs", aging=AgingConfig(alpha=12.5, beta=-2.0))
 
 
 def test_env_vars_numeric_forms():
@@ -126,7 +135,7 @@ def test_env_vars_numeric_forms():
 
 def test_fairsched_config_inline_json():
     config = load(FAIRSCHED_CONFIG='{"policy": "fcfs", "aging": {"alpha": 3}}')
-    assert config == FairschedConfig(policy="fcfs", aging=AgingConfig(alpha=3.0, beta=-1.0))
+    assert config == _loaded(policy="fcfs", aging=AgingConfig(alpha=3.0, beta=-1.0))
 
 
 def test_fairsched_config_inline_json_with_whitespace():
@@ -137,7 +146,7 @@ def test_fairsched_config_file(tmp_path):
     path = tmp_path / "fairsched.json"
     path.write_text(json.dumps({"policy": "fcfs", "aging": {"alpha": 9, "beta": -0.25}}))
     config = load(FAIRSCHED_CONFIG=str(path))
-    assert config == FairschedConfig(policy="fcfs", aging=AgingConfig(alpha=9.0, beta=-0.25))
+    assert config == _loaded(policy="fcfs", aging=AgingConfig(alpha=9.0, beta=-0.25))
     # Surrounding whitespace in the variable is tolerated.
     assert load(FAIRSCHED_CONFIG=f"  {path}  ") == config
 
@@ -153,15 +162,15 @@ def test_precedence_defaults_lt_config_env_lt_vars_lt_additional_config(tmp_path
     }
     # FAIRSCHED_CONFIG alone.
     only_json = load_config(environ={CONFIG_ENV: env[CONFIG_ENV]})
-    assert only_json == FairschedConfig("fcfs", aging=AgingConfig(1.0, -1.5))
+    assert only_json == _loaded("fcfs", aging=AgingConfig(1.0, -1.5))
     # Per-key variables override FAIRSCHED_CONFIG, key by key.
-    assert load_config(environ=env) == FairschedConfig("fcfs", aging=AgingConfig(2.0, -2.5))
+    assert load_config(environ=env) == _loaded("fcfs", aging=AgingConfig(2.0, -2.5))
     assert load_config(environ={**env, "FAIRSCHED_AGING_BETA": "-9"}).aging.beta == -9.0
     # --additional-config beats both, key by key; keys it does not name keep lower sources.
     config = load_config(fs({"aging": {"alpha": 3}}), environ=env)
-    assert config == FairschedConfig("fcfs", aging=AgingConfig(3.0, -2.5))
+    assert config == _loaded("fcfs", aging=AgingConfig(3.0, -2.5))
     config = load_config(fs({"policy": "aging"}), environ=env)
-    assert config == FairschedConfig("aging", aging=AgingConfig(2.0, -2.5))
+    assert config == _loaded("aging", aging=AgingConfig(2.0, -2.5))
     # Keys nobody sets keep their defaults.
     assert load_config(environ={"FAIRSCHED_AGING_BETA": "-3"}).aging.alpha == "auto"
 
@@ -517,7 +526,7 @@ def test_start_up_warns_about_misplaced_keys_and_runs_without_them(caplog):
     with caplog.at_level(logging.WARNING, logger="vllm.fairsched"):
         config = load({"fairsched_policy": "aging", "lprs": {"target_ms": 30},
                        "fairsched": {"policy": "hrrn"}, "refresh": True})
-    assert config == FairschedConfig(policy="hrrn")
+    assert config == _loaded(policy="hrrn")
     [record] = [r for r in caplog.records if r.name == "vllm.fairsched"]
     assert record.levelno == logging.WARNING
     assert record.getMessage() == (

@@ -9,9 +9,8 @@ is given, and checks that
 1. the deadline was feasible when set: at least the request's FCFS start (the work served
    so far plus every unfinished request's prefill work left, counted by the oracle);
 2. the request was first scheduled at a step that began with at most its deadline plus
-   one step's budget served (two under async scheduling, where a step is planned before
-   the previous one's tokens are counted), plus the work that preemptions put back into
-   the queue after it arrived; under vLLM's priority scheduling, for the most urgent
+   one step's budget served, plus the work that preemptions put back into the queue
+   after it arrived; under vLLM's priority scheduling, for the most urgent
    level (a less urgent one waits for every more urgent request, so nothing can be
    promised to it);
 3. the oracle's served work equals the guard's.
@@ -57,7 +56,7 @@ def _trace(seed: int, count: int, priorities: bool,
 class Oracle:
     """Served prefill work and the bound, from the scheduler's outputs alone."""
 
-    def __init__(self, scheduler, slack_steps: int, top_level_only: bool = False) -> None:
+    def __init__(self, scheduler, slack_steps: int = 1, top_level_only: bool = False) -> None:
         self.scheduler = scheduler
         self.top_level_only = top_level_only
         self.slack_steps = slack_steps
@@ -162,14 +161,12 @@ def test_no_request_starts_later_than_its_deadline_plus_one_step(config_only_mod
             config_only_model, {"policy": "guarded-srpf",
                                 "guarded_srpf": {"slack": slack, "size_allowance": 1.0}},
             cls, budget=BUDGET, max_num_seqs=8, num_blocks=blocks, scheduling_policy=policy)
-        oracle = Oracle(engine.scheduler, 2 if cls is FairScheduler else 1,
-                        top_level_only=policy == "priority")
+        oracle = Oracle(engine.scheduler, 1, top_level_only=policy == "priority")
         trace = _trace(seed, 120, priorities, 400 if case == "preemption" else 30)
         _replay(engine, trace, oracle, abort_every, seed)
         assert not oracle.late, oracle.late[:5]
         put_back += oracle.put_back
-        if cls is FairSyncScheduler:
-            assert oracle.served == engine.scheduler.fairsched_policy.guard.served
+        assert oracle.served == engine.scheduler.fairsched_policy.guard.served
         assert_nothing_left(engine, blocks)
     assert put_back or case != "preemption", "the case must preempt"
 

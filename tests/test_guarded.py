@@ -9,7 +9,7 @@ import pytest
 
 from fairsched_plugin.config import ConfigError, from_values, load_config
 from fairsched_plugin.policies import GuardedAging, GuardedSRPF, RequestView, make_policy
-from fairsched_plugin.policies.guarded import FcfsGuard, RecentMax
+from fairsched_plugin.policies.guarded import FcfsGuard, RecentMax, RecentMin
 
 
 def test_deadline_is_the_served_work_plus_slack_times_the_backlog():
@@ -158,3 +158,24 @@ def test_config_makes_the_policies_and_checks_their_keys():
         load_config({}, {"FAIRSCHED_GUARDED_SRPF_SIZE_ALLOWANCE": "-0.5"})
     with pytest.raises(ConfigError, match="guarded_aging.auto_factor"):
         load_config({}, {"FAIRSCHED_GUARDED_AGING_AUTO_FACTOR": "0"})
+
+
+def test_with_persist_s_slack_is_earned_only_by_a_backlog_that_persisted():
+    """A burst after an idle spell earns no slack (its deadline is the FCFS start); a
+    backlog that never drained over the window earns slack on that persisting part."""
+    guard = FcfsGuard(slack=2.0, window_s=0.0, persist_s=10.0)
+    guard.observe_backlog(0.0, 0, 0)
+    guard.observe_backlog(5.0, 8000, 0)
+    assert guard.deadline(backlog_tokens=8000) == pytest.approx(8000)
+    guard.observe_backlog(11.0, 6000, 0)  # the idle point at 0 s left the window
+    guard.observe_backlog(14.0, 7000, 0)
+    assert guard.deadline(backlog_tokens=7000) == pytest.approx(7000 + 6000)
+
+
+def test_recent_min_is_a_sliding_window_minimum():
+    window = RecentMin(10.0)
+    for t, v in [(0, 1.0), (1, 3.0), (2, 2.0), (3, 5.0)]:
+        window.observe(t, v)
+    assert window.value == 1.0
+    window.observe(10.5, 4.0)  # 1.0 at t=0 left; 2.0 at t=2 is the smallest now
+    assert window.value == 2.0

@@ -39,4 +39,5 @@ def test_without_the_size_allowance_the_guard_keeps_the_long_prompt_first(config
     """The guard alone makes a request that finds an empty queue overdue at once: exactly
     stock's delay (why the default carries the allowance)."""
     stock = short_delays("stock", Case(), config_only_model)
-    assert short_delays("guarded-srpf:size_allowance=0", Case(), config_only_model) == stock
+    assert short_delays("guarded-srpf:size_allowance=0:lprs.enabled=false:apc.enabled=false", Case(),
+                        config_only_model) == stock

@@ -228,7 +228,7 @@ def linear(models):
 def _rule(predictor, target_ms, apc=None, granularity=32):
     memory = KvCacheMemory(lambda: (100, 1900, 2**20))
     return LatencyChunkRule(LPRSConfig(enabled=True, target_ms=target_ms, granularity=granularity),
-                            apc or APCConfig(), predictor, memory, BLOCK, False)
+                            apc or APCConfig(enabled=False), predictor, memory, BLOCK, False)
 
 
 def test_one_call_when_the_target_does_not_bind(linear):

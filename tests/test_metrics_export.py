@@ -80,7 +80,7 @@ def _full() -> dict:
         alpha=250.0,
         lprs={"falling_back": True, "fallback_steps": {"predictor_error": 1, "guard": 4},
               "error": {"counts": [5, 2, 1], "sum": 3.0}, "target_ms": 50.0,
-              "bias_ms": 2.5},
+              "bias_ms": 2.5, "model": "roofline of qwen3-8b on H100 SXM"},
         apc={"admitted": 7, "deferred": 2},
         failures={"the metrics": 1},
         queue={"short": {"waiting": 2, "oldest_wait_s": 1.5},
@@ -170,6 +170,9 @@ def test_counts_and_gauges_per_engine(tmp_path):
     assert _value(families, "fairsched:lprs_fallback_steps_total", reason="guard") == 4
     assert _value(families, "fairsched:lprs_falling_back", engine="0") == 1
     assert _value(families, "fairsched:lprs_bias_seconds", engine="0") == 0.0025
+    model = next(s for s in _samples(families, "fairsched:lprs_model_info")
+                 if s.labels["engine"] == "0")
+    assert model.labels["source"] == "roofline of qwen3-8b on H100 SXM"
     assert _value(families, "fairsched:apc_decisions_total", outcome="admitted") == 7
     assert _value(families, "fairsched:plugin_failures_total", place="the metrics") == 1
     # Every class of every engine, the empty ones at 0; a waiting class's oldest wait
@@ -205,7 +208,8 @@ def test_absent_sections_give_no_series(tmp_path):
     for absent in ("fairsched:overdue_requests", "fairsched:overdue_lateness_seconds",
                    "fairsched:aging_alpha", "fairsched:lprs_fallback_steps",
                    "fairsched:lprs_falling_back", "fairsched:lprs_prediction_relative_error",
-                   "fairsched:lprs_bias_seconds", "fairsched:apc_decisions"):
+                   "fairsched:lprs_bias_seconds", "fairsched:lprs_model",
+                   "fairsched:apc_decisions"):
         assert absent not in families
     # Always there, if empty: the names exist from an engine's first snapshot.
     assert families["fairsched:plugin_failures"][0].samples == []

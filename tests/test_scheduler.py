@@ -398,8 +398,8 @@ def test_guarded_srpf_lets_short_requests_overtake_until_the_deadline(config_onl
     assert engine.step().output.num_scheduled_tokens == {"short": 40, "long": 24}
     deadlines = engine.scheduler._deadlines
     assert deadlines["long"] == 1000
-    # Behind short: 64 tokens served, then long's remaining 1,936.
-    assert deadlines["short"] == 64 + 1936
+    # 64 tokens served, then the window's largest backlog: 2,000 while long waited.
+    assert deadlines["short"] == 64 + 2000
 
 
 def test_guarded_srpf_serves_an_overdue_request_before_shorter_ones(config_only_model):

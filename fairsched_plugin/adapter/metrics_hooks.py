@@ -20,7 +20,7 @@ from typing import Any
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.request import Request
 
-from ..config import KEYS, FairschedConfig, key_value, parse_class_edges
+from ..config import KEYS, FairschedConfig, key_value, parse_class_edges, resolve_auto_switches
 from ..metrics.recorder import MetricsRecorder
 from ..metrics.snapshot import snapshot_path, write_snapshot
 from ..policies.aging import AgingPolicy
@@ -67,7 +67,8 @@ class MetricsHooks:
         _remove_at_exit(self._metrics_path)
 
     def _non_default_settings(self) -> dict[str, str]:
-        defaults = FairschedConfig()
+        # The "auto" switches resolve by policy: compare with their value under this one.
+        defaults = resolve_auto_switches(FairschedConfig(policy=self.fairsched_config.policy))
         out = {}
         for key in KEYS:
             value = key_value(self.fairsched_config, key.path)
@@ -132,7 +133,8 @@ class MetricsHooks:
         document = self._metrics.snapshot(
             now, time.time(), self._metrics_header, self._failures,
             has_deadlines=policy.uses_deadlines,
-            lprs_state=({"target_ms": rule.params.target_ms, "bias_ms": rule.bias_ms}
+            lprs_state=({"target_ms": rule.params.target_ms, "bias_ms": rule.bias_ms,
+                         "model": rule.model_source}
                         if lprs_on else None),
             apc_on=rule is not None and rule.apc is not None,
             alpha=(policy.alpha,) if isinstance(policy, AgingPolicy) else None,

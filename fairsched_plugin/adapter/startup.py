@@ -130,8 +130,6 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
         """Under a TPOT bound: when each running request was first seen decoding, and
         its output tokens then."""
         listeners = []
-        if policy.uses_deadlines:
-            listeners.append(self._observe_served)
         self._auto_alpha: AutoAlpha | None = None
         if isinstance(policy, AgingPolicy) and policy.auto_factor is not None:
             self._auto_alpha = AutoAlpha(policy.auto_factor, PrefillRateEstimator())
@@ -147,12 +145,14 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
             listeners.append(self._profiler.on_step)
         trace_path = per_engine_path(config.trace_path, parallel) if config.trace_path else None
         description = self._policy_description()
-        self._start_metrics(vllm_config, description,
-                            listeners if trace_path or listeners else None)
+        # A deadline policy counts each step's prefill work as it is scheduled, from the
+        # monitor's record of the step (``StepTrace``).
+        monitored = bool(trace_path or listeners or policy.uses_deadlines)
+        self._start_metrics(vllm_config, description, listeners if monitored else None)
         self._steps = (
             StepMonitor(trace_path, listeners,
                         clock=None if self._clock is time.time else self._clock)
-            if trace_path or listeners
+            if monitored
             else None
         )
         self._log_active(vllm_config, description)

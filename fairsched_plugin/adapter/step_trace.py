@@ -46,6 +46,10 @@ class StepTrace:
         if record is None:
             return
         chunks, finished, admitted, extra = record
+        if self.fairsched_policy.uses_deadlines:
+            # Counted as scheduled, when vLLM also counts the tokens computed (and the work
+            # ahead of the queue shrinks by as much): the same instant in sync and async.
+            self.fairsched_policy.observe_step(sum(chunks))
         try:
             # Positional, in on_dispatch's order: a keyword call costs more, every step.
             self._steps.on_dispatch(
@@ -126,7 +130,3 @@ class StepTrace:
             "fairsched: automatic alpha %.1f (%.2f x measured prefill %.0f tokens/s)",
             alpha, self._auto_alpha.factor, self._auto_alpha.estimator.rate,
         )
-
-    def _observe_served(self, step: dict[str, Any]) -> None:
-        """Step listener for deadline policies: the prefill work each step computed."""
-        self.fairsched_policy.observe_step(step["prefill_tokens"])

@@ -66,6 +66,9 @@ _FAMILIES: dict[str, tuple[type[Metric], str, tuple[str, ...]]] = {
         "|measured - predicted| / measured step time of each batch LPRS dispatched.", ()),
     "fairsched:lprs_bias_seconds": (
         GaugeMetricFamily, "LPRS's running correction added to predicted step times.", ()),
+    "fairsched:lprs_model": (
+        InfoMetricFamily, "Where LPRS's latency model came from, and its online fit now.",
+        ()),
     "fairsched:apc_decisions": (
         CounterMetricFamily, "Active prefill control's decisions, by outcome.",
         ("outcome",)),
@@ -159,6 +162,8 @@ def _samples(document: dict[str, Any], now: float) -> dict[str, list[_Sample]]:
         out["fairsched:lprs_prediction_relative_error"] = [
             ((), _histogram(document["error_buckets"], lprs["error"]))]
         out["fairsched:lprs_bias_seconds"] = [((), float(lprs["bias_ms"]) / 1000.0)]
+        if lprs.get("model"):
+            out["fairsched:lprs_model"] = [((), {"source": str(lprs["model"])})]
     apc = document.get("apc")
     if apc is not None:
         out["fairsched:apc_decisions"] = [

@@ -168,7 +168,8 @@ class OrderingPolicy(ABC):
         prefills (only when ``uses_deadlines``)."""
 
     def observe_step(self, prefill_tokens: int) -> None:
-        """A step came back with ``prefill_tokens`` computed (only when ``uses_deadlines``)."""
+        """A step was scheduled with ``prefill_tokens`` of prefill (only when
+        ``uses_deadlines``)."""
 
     def describe(self) -> str:
         """One line for the start-up log."""

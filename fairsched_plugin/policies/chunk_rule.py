@@ -370,6 +370,12 @@ class LatencyChunkRule:
         return record
 
     @property
+    def model_source(self) -> str:
+        """Where the latency model came from (the built-in one says how it is fitted now)."""
+        describe = getattr(self.predictor, "describe", None)
+        return describe() if callable(describe) else "a trained model (predictor.path)"
+
+    @property
     def observes_steps(self) -> bool:
         """Whether :meth:`observe_step` must see every step (the bias or the guard)."""
         return self.params is not None and (self.correction > 0 or self.guard is not None

@@ -64,20 +64,42 @@ class RecentMax:
         return self._points[0][1] if self._points else 0.0
 
 
+class RecentMin:
+    """The smallest value observed in the last ``window_s`` seconds (a monotonic deque)."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._points: deque[tuple[float, float]] = deque()
+
+    def observe(self, now: float, value: float) -> None:
+        while self._points and self._points[-1][1] >= value:
+            self._points.pop()
+        self._points.append((now, value))
+        while self._points[0][0] < now - self.window_s:
+            self._points.popleft()
+
+    @property
+    def value(self) -> float:
+        return self._points[0][1] if self._points else 0.0
+
+
 class FcfsGuard:
     """Deadlines in served prefill tokens: ``slack`` times the work FCFS would have done
     before serving the request (or the window's largest such work), plus
     ``size_allowance`` times the request's own prefill work, never earlier than the last
     deadline given; and what the queues need to keep them (module docstring).
 
-    ``served`` counts the prefill tokens computed, ``ahead`` the running prefills' work
-    left (taken at each step's start, plus each admission since), and the EDF order of
+    ``served`` counts the prefill tokens scheduled, ``ahead`` the running prefills' work
+    left (taken at each step's start, plus each admission since, less what was scheduled
+    since), and the EDF order of
     the waiting requests starts once both are done: at :attr:`base`. ``position`` gives
     a request's place in that order (its arrival among the requests given a deadline)."""
 
-    def __init__(self, slack: float, window_s: float, size_allowance: float = 0.0) -> None:
+    def __init__(self, slack: float, window_s: float, size_allowance: float = 0.0,
+                 persist_s: float = 0.0) -> None:
         self.slack = slack
         self.size_allowance = size_allowance
+        self.persisting_backlog = RecentMin(persist_s) if persist_s > 0 else None
         self.served = 0
         self.ahead = 0
         self.due = 0.0
@@ -90,7 +112,11 @@ class FcfsGuard:
     def deadline(self, backlog_tokens: int, own_tokens: int = 0,
                  request_id: str | None = None) -> float:
         """A new request's deadline; with its ``request_id``, its place in the EDF order."""
-        deadline = max(self.served + self.slack * max(backlog_tokens, self.recent_backlog.value)
+        ahead = max(backlog_tokens, self.recent_backlog.value)
+        earning = ahead
+        if self.persisting_backlog is not None:
+            earning = min(backlog_tokens, self.persisting_backlog.value)
+        deadline = max(self.served + ahead + (self.slack - 1.0) * earning
                        + self.size_allowance * own_tokens, self._last_deadline)
         self._last_deadline = deadline
         if request_id is not None:
@@ -129,10 +155,13 @@ class FcfsGuard:
     def observe_backlog(self, now: float, backlog_tokens: int, running_tokens: int) -> None:
         self.ahead = running_tokens
         self.recent_backlog.observe(now, backlog_tokens)
+        if self.persisting_backlog is not None:
+            self.persisting_backlog.observe(now, backlog_tokens)
 
     def observe_served(self, prefill_tokens: int) -> None:
-        """A step computed ``prefill_tokens``: all of running prefills, so the work ahead
-        of the queue shrinks by as much as the served work grows (``base`` holds)."""
+        """A step was scheduled with ``prefill_tokens``, all of them running prefills' (the
+        ones admitted in it included), so the work ahead of the queue shrinks by as much
+        as the served work grows (``base`` holds)."""
         self.served += prefill_tokens
         self.ahead = max(self.ahead - prefill_tokens, 0)
 
@@ -191,8 +220,9 @@ class GuardedSRPF(_Guarded, OrderingPolicy):
     orders_decodes = False
     key_follows_remaining_work = True
 
-    def __init__(self, slack: float, window_s: float, size_allowance: float = 0.0) -> None:
-        self.guard = FcfsGuard(slack, window_s, size_allowance)
+    def __init__(self, slack: float, window_s: float, size_allowance: float = 0.0,
+                 persist_s: float = 0.0) -> None:
+        self.guard = FcfsGuard(slack, window_s, size_allowance, persist_s)
 
     def value(self, view: RequestView) -> float:
         return view.remaining_prefill
@@ -212,9 +242,10 @@ class GuardedAging(_Guarded, AgingPolicy):
     name = "guarded-aging"
 
     def __init__(self, slack: float, window_s: float, auto_factor: float,
-                 epoch: float = 0.0, size_allowance: float = 0.0) -> None:
+                 epoch: float = 0.0, size_allowance: float = 0.0,
+                 persist_s: float = 0.0) -> None:
         AgingPolicy.__init__(self, alpha=None, epoch=epoch, auto_factor=auto_factor)
-        self.guard = FcfsGuard(slack, window_s, size_allowance)
+        self.guard = FcfsGuard(slack, window_s, size_allowance, persist_s)
 
     def describe(self) -> str:
         return f"guarded-aging({AgingPolicy.describe(self)}; {self.guard.describe()})"

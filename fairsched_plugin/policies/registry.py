@@ -85,13 +85,15 @@ POLICIES: dict[str, PolicyEntry] = {
     "guarded-srpf": PolicyEntry(
         lambda config, epoch: GuardedSRPF(config.guarded_srpf.slack,
                                           config.guarded_srpf.window_s,
-                                          config.guarded_srpf.size_allowance),
+                                          config.guarded_srpf.size_allowance,
+                                          config.guarded_srpf.persist_s),
         "guarded_srpf", "shortest remaining prefill first, FCFS-bounded waits"),
     "guarded-aging": PolicyEntry(
         lambda config, epoch: GuardedAging(config.guarded_aging.slack,
                                            config.guarded_aging.window_s,
                                            config.guarded_aging.auto_factor, epoch=epoch,
-                                           size_allowance=config.guarded_aging.size_allowance),
+                                           size_allowance=config.guarded_aging.size_allowance,
+                                           persist_s=config.guarded_aging.persist_s),
         "guarded_aging", "Aging with the automatic alpha, FCFS-bounded waits"),
     "preflow": PolicyEntry(
         lambda config, epoch: PreflowPolicy(config.preflow.age_doubling_s, epoch=epoch),
