@@ -21,8 +21,8 @@ def scheduler_engine(model_dir, fairsched: dict | None, cls: type, *, budget: in
     pairs them: on for an ``AsyncScheduler`` subclass, off otherwise.
 
     The policy alone: LPRS and APC (on by default) are off unless ``fairsched`` names
-    them, so these tests see the order and vLLM's token-budget chunks; the default with
-    both is tested on its own (``test_default_service``)."""
+    them, so these tests see the order and vLLM's token-budget chunks (LPRS and APC have
+    their own tests: ``test_lprs_scheduler``, ``test_lprs_apc``)."""
     kwargs.setdefault("max_num_batched_tokens", budget)
     kwargs.setdefault("async_scheduling", issubclass(cls, AsyncScheduler))
     if fairsched is not None:

@@ -360,3 +360,16 @@ def test_lprs_resumes_when_the_predictions_agree_again(config_only_model, tmp_pa
                 if "LPRS falls back" in r.getMessage() or "LPRS resumes" in r.getMessage()]
     assert [level for level, _ in messages] == [logging.WARNING, logging.INFO]
     assert "at most lprs.guard_recover_error 0.5" in messages[1][1]
+
+
+def test_the_default_has_lprs_and_apc_with_the_built_in_model_and_fcfs_has_neither(
+        config_only_model):
+    from fairsched_plugin.sim.fake_engine import make_scheduler
+
+    default = make_scheduler(FairSyncScheduler, config_only_model, async_scheduling=False)
+    rule = default._chunk_rule
+    assert isinstance(rule.predictor, RooflineLatencyModel) and rule.apc is not None
+    assert rule.params.target_ms == 100.0
+    control = make_scheduler(FairSyncScheduler, config_only_model, async_scheduling=False,
+                             additional_config={"fairsched": {"policy": "fcfs"}})
+    assert control._chunk_rule is None

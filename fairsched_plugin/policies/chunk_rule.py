@@ -134,7 +134,11 @@ class LatencyChunkRule:
             if lprs.enabled and lprs.guard_window > 0 else None
         )
         self._learns = callable(getattr(predictor, "observe", None))
-        """The model learns from each dispatched batch's measured time (the built-in one)."""
+        """The model learns from each dispatched batch's measured time (the built-in one):
+        its own fit is the correction, so the running bias stays off (on top of the fit it
+        would correct twice, and push small batches' predictions below zero)."""
+        if self._learns:
+            self.correction = 0.0
         if self.guard is not None and not getattr(predictor, "ready", True):
             # A model that has seen no step of this engine: plan as the token budget does
             # until the guard has seen its predictions agree with the measured times.
