@@ -213,6 +213,11 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
         """The policy and the service settings around it, as the start-up line and the
         metrics' policy info give them."""
         policy = self.fairsched_policy.describe()
+        rule = self._chunk_rule
+        if rule is not None and rule.params is not None:
+            policy += f", LPRS (target {rule.params.target_ms:g} ms)"
+        if rule is not None and rule.apc is not None:
+            policy += f", APC (at most {rule.apc.max_active} prefills)"
         if self._ranked:
             policy += f", ranked service (max_batch_size={self.fairsched_config.max_batch_size})"
         if self._decode_cap:
