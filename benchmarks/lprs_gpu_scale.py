@@ -61,7 +61,7 @@ def main() -> int:
     args = parser.parse_args()
     scenario = SCENARIOS[args.scenario]
     case = scenario.build(args.num_requests)
-    model = AnalyticStepModel(model_config(args.model), accelerator(args.device))
+    model = AnalyticStepModel(model_config(args.model), accelerator(args.device), args.device)
     settings = group_settings(scenario, args.device, model, args.mode)
     key = (args.scenario, args.device, args.model, args.mode)
     capacity = None

@@ -103,7 +103,7 @@ def test_a_committed_suite_cell_reproduces_exactly() -> None:
     key = ("azure-conv", "h100", "qwen3-8b", "async")
     scenario = SCENARIOS[key[0]]
     case = scenario.build(results["plan"]["num_requests"])
-    model = AnalyticStepModel(model_config(key[2]), accelerator(key[1]))
+    model = AnalyticStepModel(model_config(key[2]), accelerator(key[1]), key[1])
     settings = group_settings(scenario, key[1], model, key[3])
     group = next(g for g in results["groups"]
                  if (g["scenario"], g["device"], g["model"], g["mode"]) == key)
