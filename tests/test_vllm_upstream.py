@@ -46,13 +46,16 @@ from vllm_upstream.harness import (  # noqa: E402
 pytestmark = pytest.mark.slow
 
 LISTS = Path(__file__).resolve().parent / "vllm_upstream" / "differences.toml"
+_ORDER_ONLY = {"FAIRSCHED_LPRS_ENABLED": "false", "FAIRSCHED_APC_ENABLED": "false"}
 CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
     "fcfs": ("fcfs", {}),
-    "aging": ("aging", {}),
-    "guarded-srpf": ("guarded-srpf", {}),
-    "aging+align": ("aging", {"FAIRSCHED_LPRS_ALIGN": "on"}),
+    "aging": ("aging", _ORDER_ONLY),
+    "guarded-srpf": ("guarded-srpf", _ORDER_ONLY),
+    "aging+align": ("aging", {"FAIRSCHED_LPRS_ALIGN": "on", **_ORDER_ONLY}),
 }
-"""Name in differences.toml -> (policy, further FAIRSCHED_* settings)."""
+"""Name in differences.toml -> (policy, further FAIRSCHED_* settings). The orders with
+vLLM's own chunks (LPRS and APC, on by default, off): the differences listed are the
+order's."""
 POLICIES = tuple(CONFIGS)
 RUNS = [(version, policy) for version in UPSTREAM_VERSIONS for policy in POLICIES]
 """(release, configuration) pairs run: every configuration on every release."""
