@@ -9,7 +9,7 @@ import pytest
 
 from fairsched_plugin.config import ConfigError, from_values, load_config
 from fairsched_plugin.policies import GuardedAging, GuardedSRPF, RequestView, make_policy
-from fairsched_plugin.policies.guarded import FcfsGuard, RecentMax, RecentMin
+from fairsched_plugin.policies.guarded import FcfsGuard, RecentExtreme
 
 
 def test_deadline_is_the_served_work_plus_slack_times_the_backlog():
@@ -75,7 +75,7 @@ def test_without_a_window_only_the_own_backlog_counts():
 
 
 def test_recent_max_is_a_sliding_window_maximum():
-    window = RecentMax(10.0)
+    window = RecentExtreme(10.0)
     assert window.value == 0.0
     for t, v in [(0, 5.0), (1, 3.0), (2, 4.0), (3, 1.0)]:
         window.observe(t, v)
@@ -173,7 +173,7 @@ def test_with_persist_s_slack_is_earned_only_by_a_backlog_that_persisted():
 
 
 def test_recent_min_is_a_sliding_window_minimum():
-    window = RecentMin(10.0)
+    window = RecentExtreme(10.0, smallest=True)
     for t, v in [(0, 1.0), (1, 3.0), (2, 2.0), (3, 5.0)]:
         window.observe(t, v)
     assert window.value == 1.0

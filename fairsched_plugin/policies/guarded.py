@@ -44,35 +44,18 @@ from .aging import AgingPolicy
 from .base import OrderingPolicy, RequestView
 
 
-class RecentMax:
-    """The largest value observed in the last ``window_s`` seconds (a monotonic deque:
-    O(1) amortised per observation)."""
+class RecentExtreme:
+    """The largest (or, with ``smallest``, the smallest) value observed in the last
+    ``window_s`` seconds: a monotonic deque, O(1) amortised per observation."""
 
-    def __init__(self, window_s: float) -> None:
+    def __init__(self, window_s: float, smallest: bool = False) -> None:
         self.window_s = window_s
+        self._sign = -1.0 if smallest else 1.0
         self._points: deque[tuple[float, float]] = deque()
 
     def observe(self, now: float, value: float) -> None:
-        while self._points and self._points[-1][1] <= value:
-            self._points.pop()
-        self._points.append((now, value))
-        while self._points[0][0] < now - self.window_s:
-            self._points.popleft()
-
-    @property
-    def value(self) -> float:
-        return self._points[0][1] if self._points else 0.0
-
-
-class RecentMin:
-    """The smallest value observed in the last ``window_s`` seconds (a monotonic deque)."""
-
-    def __init__(self, window_s: float) -> None:
-        self.window_s = window_s
-        self._points: deque[tuple[float, float]] = deque()
-
-    def observe(self, now: float, value: float) -> None:
-        while self._points and self._points[-1][1] >= value:
+        keyed = self._sign * value
+        while self._points and self._sign * self._points[-1][1] <= keyed:
             self._points.pop()
         self._points.append((now, value))
         while self._points[0][0] < now - self.window_s:
@@ -99,12 +82,13 @@ class FcfsGuard:
                  persist_s: float = 0.0) -> None:
         self.slack = slack
         self.size_allowance = size_allowance
-        self.persisting_backlog = RecentMin(persist_s) if persist_s > 0 else None
+        self.persisting_backlog = (RecentExtreme(persist_s, smallest=True) if persist_s > 0
+                                   else None)
         self.served = 0
         self.ahead = 0
         self.due = 0.0
         """Every deadline up to this is due (only ever raised)."""
-        self.recent_backlog = RecentMax(window_s)
+        self.recent_backlog = RecentExtreme(window_s)
         self._last_deadline = 0.0
         self._positions: dict[str, int] = {}
         self._next_position = 0

@@ -21,14 +21,15 @@ Only numpy is imported; the scheduler calls :meth:`predict` every step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..sim.analytic import elementwise_elements, linear_activation_elements
 from ..sim.analytic import linear_params_per_layer
 from ..sim.hardware import ACCELERATORS, Accelerator, PresetError, TransformerConfig
-from ..sim.hardware import accelerator_key, model_config, transformer_config, with_overrides
+from ..sim.hardware import accelerator_key, field_overrides, model_config, transformer_config
+from ..sim.hardware import with_overrides
 from .features import FEATURE_NAMES
 
 _F = {name: FEATURE_NAMES.index(name) for name in FEATURE_NAMES}
@@ -77,23 +78,23 @@ def served_transformer(hf_config: Any, dtype: str, quantization: str | None,
 def parse_device(spec: str) -> Accelerator:
     """``PRESET[:field=value...]`` (``h100:bandwidth_efficiency=0.63``) -> its preset."""
     name, *overrides = spec.split(":")
-    values: dict[str, float] = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise PresetError(f"device {spec!r}: {item!r} is not field=value")
-        try:
-            values[key] = float(value)
-        except ValueError:
-            raise PresetError(f"device {spec!r}: {value!r} is not a number") from None
-    return with_overrides(ACCELERATORS[accelerator_key(name)], **values)
+    return with_overrides(ACCELERATORS[accelerator_key(name)],
+                          **field_overrides(overrides, f"device {spec!r}"))
 
 
-def roofline_ms(rows: np.ndarray, cfg: TransformerConfig, acc: Accelerator) -> np.ndarray:
-    """``sim.analytic.step_time_s`` of each row's batch, in ms, from its features alone.
+class BatchWork(NamedTuple):
+    """What a step's cost is made of, per row: tokens, attention query-key pairs, KV
+    tokens read and requests (``sim.analytic``'s quantities, from the features)."""
 
-    The features keep sums, not each sequence: a step's several prefill chunks are taken
-    as equal (exact for one, the usual case), each decode as one token."""
+    tokens: np.ndarray
+    pairs: np.ndarray
+    kv_read: np.ndarray
+    requests: np.ndarray
+
+
+def batch_work(rows: np.ndarray) -> BatchWork:
+    """The features keep sums, not each sequence: a step's several prefill chunks are
+    taken as equal (exact for one, the usual case), each decode as one token."""
     rows = np.asarray(rows, dtype=np.float64)
     prefill = rows[:, _F["prefill_tokens"]]
     decode = rows[:, _F["decode_tokens"]]
@@ -101,10 +102,17 @@ def roofline_ms(rows: np.ndarray, cfg: TransformerConfig, acc: Accelerator) -> n
     decode_context = rows[:, _F["sum_decode_context_len"]]
     processed = rows[:, _F["prefill_processed_tokens"]]
     chunks = np.maximum(requests - decode, 1.0)
-    tokens = prefill + decode
     pairs = (decode_context + decode + prefill * processed / chunks
              + prefill * (prefill / chunks + 1.0) / 2.0)
-    kv_read = prefill + processed + decode_context + decode
+    return BatchWork(prefill + decode, pairs, prefill + processed + decode_context + decode,
+                     requests)
+
+
+def roofline_ms(rows: np.ndarray, cfg: TransformerConfig, acc: Accelerator) -> np.ndarray:
+    """``sim.analytic.step_time_s`` of each row's batch, in ms, from its features alone
+    (:func:`batch_work`)."""
+    work = batch_work(rows)
+    tokens = work.tokens
     b, layers = cfg.bytes_per_param, cfg.num_layers
     params = linear_params_per_layer(cfg)
     bandwidth = acc.bandwidth * acc.bandwidth_efficiency
@@ -113,11 +121,11 @@ def roofline_ms(rows: np.ndarray, cfg: TransformerConfig, acc: Accelerator) -> n
                         / bandwidth)
     elementwise = layers * tokens * elementwise_elements(cfg) * b / bandwidth
     attention = np.maximum(
-        4.0 * cfg.num_heads * cfg.head_dim * pairs * layers
+        4.0 * cfg.num_heads * cfg.head_dim * work.pairs * layers
         / (acc.peak_flops * acc.attention_efficiency),
-        layers * 2 * cfg.num_kv_heads * cfg.head_dim * b * kv_read / bandwidth)
+        layers * 2 * cfg.num_kv_heads * cfg.head_dim * b * work.kv_read / bandwidth)
     head_params = cfg.hidden_size * cfg.vocab_size
-    head = np.maximum(2.0 * head_params * requests / (acc.peak_flops * acc.gemm_efficiency),
+    head = np.maximum(2.0 * head_params * work.requests / (acc.peak_flops * acc.gemm_efficiency),
                       head_params * b / bandwidth)
     return (linear + elementwise + attention + head + acc.step_overhead_s) * 1000.0
 
@@ -126,18 +134,9 @@ def batch_terms(rows: np.ndarray) -> np.ndarray:
     """What a step's time grows with, for an accelerator with no preset: a constant,
     tokens (thousands), attention pairs (millions), KV tokens read (hundred-thousands)
     and requests (hundreds); scaled so that one fit handles them alike."""
-    rows = np.asarray(rows, dtype=np.float64)
-    prefill = rows[:, _F["prefill_tokens"]]
-    decode = rows[:, _F["decode_tokens"]]
-    processed = rows[:, _F["prefill_processed_tokens"]]
-    decode_context = rows[:, _F["sum_decode_context_len"]]
-    requests = rows[:, _F["batch_request_count"]]
-    chunks = np.maximum(requests - decode, 1.0)
-    pairs = (decode_context + decode + prefill * processed / chunks
-             + prefill * (prefill / chunks + 1.0) / 2.0)
-    return np.column_stack([np.ones(len(rows)), (prefill + decode) / 1e3, pairs / 1e6,
-                            (prefill + processed + decode_context + decode) / 1e5,
-                            requests / 1e2])
+    work = batch_work(rows)
+    return np.column_stack([np.ones(len(work.tokens)), work.tokens / 1e3, work.pairs / 1e6,
+                            work.kv_read / 1e5, work.requests / 1e2])
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,21 @@ def model_config(name_or_path: str) -> TransformerConfig:
     return transformer_config(fields, str(path))
 
 
+def field_overrides(items: list[str], label: str) -> dict[str, float]:
+    """``["field=value", ...]`` -> ``{field: value}``; a malformed item is an error naming
+    ``label`` (the spec it came from)."""
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise PresetError(f"{label}: {item!r} is not field=value")
+        try:
+            overrides[key] = float(value)
+        except ValueError:
+            raise PresetError(f"{label}: {key}={value!r} is not a number") from None
+    return overrides
+
+
 def with_overrides(acc: Accelerator, **values: float) -> Accelerator:
     """The preset with some fields replaced (command-line calibration)."""
     unknown = [k for k in values if k not in Accelerator.__dataclass_fields__]

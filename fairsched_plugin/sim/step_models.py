@@ -26,7 +26,7 @@ from ..predictor.runtime import LatencyPredictor
 from . import analytic
 from .batch import SimBatch
 from .hardware import Accelerator, PresetError, TransformerConfig, accelerator, model_config
-from .hardware import accelerator_key
+from .hardware import accelerator_key, field_overrides
 from .hardware import with_overrides
 
 MIB = float(1 << 20)
@@ -121,15 +121,7 @@ def parse_step_model(spec: str) -> StepModel:
             raise PresetError(f"step model {spec!r}: use analytic:ACCEL:MODEL[:field=value...]")
         device = accelerator_key(parts[0])
         acc = accelerator(device)
-        overrides = {}
-        for item in parts[2:]:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise PresetError(f"step model {spec!r}: {item!r} is not field=value")
-            try:
-                overrides[key] = float(value)
-            except ValueError:
-                raise PresetError(f"step model {spec!r}: {key}={value!r} is not a number") from None
+        overrides = field_overrides(parts[2:], f"step model {spec!r}")
         return AnalyticStepModel(model_config(parts[1]), with_overrides(acc, **overrides),
                                  device)
     if kind == "linear":
