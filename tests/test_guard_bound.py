@@ -156,7 +156,7 @@ def test_no_request_starts_later_than_its_deadline_plus_one_step(config_only_mod
                                                                  slack):
     cls, blocks, abort_every, policy, priorities = CASES[case]
     put_back = 0
-    for seed in range(3):
+    for seed in range(2):
         engine = scheduler_engine(
             config_only_model, {"policy": "guarded-srpf",
                                 "guarded_srpf": {"slack": slack, "size_allowance": 1.0}},
@@ -176,7 +176,7 @@ def test_without_the_feasibility_check_requests_start_late(config_only_model, mo
     requests start after their deadline plus a step on these traces."""
     monkeypatch.setattr(PolicyRequestQueue, "_may_pass", lambda self, *args: True)
     late = 0
-    for seed in range(3):
+    for seed in range(2):
         engine = scheduler_engine(
             config_only_model, {"policy": "guarded-srpf",
                                 "guarded_srpf": {"slack": 1.0, "size_allowance": 1.0}},
