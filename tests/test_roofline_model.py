@@ -116,3 +116,17 @@ def test_the_served_models_config_and_the_detected_device(tiny_model):
     assert "detected: NVIDIA H100 80GB HBM3" in on_h100.describe()
     on_cpu = built_in_model("auto", "auto", vllm_model_config=config, device_type="cpu")
     assert not on_cpu.ready and "no preset for cpu" in on_cpu.describe()
+
+
+def test_a_config_without_the_usual_fields_is_fitted_from_nothing_not_refused(tmp_path):
+    """OPT's config names its MLP ``ffn_dim``: the server still starts, the model learns."""
+    from types import SimpleNamespace
+
+    opt = SimpleNamespace(dtype="torch.float16", quantization=None, model="facebook/opt-125m",
+                          hf_text_config={"num_hidden_layers": 12, "hidden_size": 768,
+                                          "num_attention_heads": 12, "ffn_dim": 3072,
+                                          "vocab_size": 50272})
+    model = built_in_model("auto", "auto", vllm_model_config=opt, device_type="cuda",
+                           device_name="NVIDIA H100 80GB HBM3")
+    assert model.acc is None and not model.ready
+    assert "missing field(s) intermediate_size" in model.describe()

@@ -153,13 +153,13 @@ class RooflineLatencyModel:
     """A ``chunk_rule.BatchLatencyModel`` with nothing to prepare (module docstring).
 
     Args:
-        cfg: the served model's shape.
+        cfg: the served model's shape (None: unknown; then ``acc`` must be None too).
         acc: the accelerator's preset, or None where there is none (fitted from nothing).
         source: one line saying where the model came from, for the start-up log and the
             metrics.
     """
 
-    def __init__(self, cfg: TransformerConfig, acc: Accelerator | None, source: str,
+    def __init__(self, cfg: TransformerConfig | None, acc: Accelerator | None, source: str,
                  fit: FitParams = FitParams()) -> None:
         self.cfg = cfg
         self.acc = acc
@@ -226,8 +226,15 @@ def built_in_model(model_spec: str, device_spec: str, *, vllm_model_config: Any 
         if vllm_model_config is None:
             raise PresetError("predictor.model is auto but no vLLM model config is at hand")
         dtype = str(vllm_model_config.dtype).removeprefix("torch.")
-        cfg = served_transformer(vllm_model_config.hf_text_config, dtype,
-                                 vllm_model_config.quantization, str(vllm_model_config.model))
+        try:
+            cfg = served_transformer(vllm_model_config.hf_text_config, dtype,
+                                     vllm_model_config.quantization,
+                                     str(vllm_model_config.model))
+        except PresetError as exc:
+            # A config without the usual fields (OPT, GPT-2, ...) must not stop the
+            # server: the model is then fitted from nothing, as on an unknown device.
+            return RooflineLatencyModel(
+                None, None, f"no roofline ({exc}): fitted from measured steps alone")
         model_from = f"{vllm_model_config.model}'s config"
     else:
         cfg = model_config(model_spec)
