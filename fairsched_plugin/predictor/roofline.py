@@ -223,11 +223,11 @@ def built_in_model(model_spec: str, device_spec: str, *, vllm_model_config: Any 
     config and the detected device; otherwise a preset or config.json, and a preset with
     optional ``field=value`` overrides)."""
     if model_spec == "auto":
-        if vllm_model_config is None:
-            raise PresetError("predictor.model is auto but no vLLM model config is at hand")
-        dtype = str(vllm_model_config.dtype).removeprefix("torch.")
         try:
-            cfg = served_transformer(vllm_model_config.hf_text_config, dtype,
+            if vllm_model_config is None:
+                raise PresetError("vLLM gave the scheduler no model config")
+            cfg = served_transformer(vllm_model_config.hf_text_config,
+                                     str(vllm_model_config.dtype).removeprefix("torch."),
                                      vllm_model_config.quantization,
                                      str(vllm_model_config.model))
         except PresetError as exc:
