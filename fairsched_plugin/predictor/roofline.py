@@ -230,9 +230,10 @@ def built_in_model(model_spec: str, device_spec: str, *, vllm_model_config: Any 
                                      str(vllm_model_config.dtype).removeprefix("torch."),
                                      vllm_model_config.quantization,
                                      str(vllm_model_config.model))
-        except PresetError as exc:
-            # A config without the usual fields (OPT, GPT-2, ...) must not stop the
-            # server: the model is then fitted from nothing, as on an unknown device.
+        except (PresetError, AttributeError, KeyError, TypeError, ValueError) as exc:
+            # A config without the usual fields (OPT, GPT-2, ...) or a vLLM whose model
+            # config reads otherwise must not stop the server: the model is then fitted
+            # from nothing, as on an unknown device.
             return RooflineLatencyModel(
                 None, None, f"no roofline ({exc}): fitted from measured steps alone")
         model_from = f"{vllm_model_config.model}'s config"
