@@ -214,7 +214,7 @@ class PolicyRequestQueue(_ReenterByKey):
         if self._overdue_heap is not None:
             heap = self._overdue_heap
             while True:
-                self._drop_dead_head(heap)
+                self._clean_top(heap)
                 if not heap or heap[0][0] > now:
                     break
                 overdue.add(heap[0][_SEQ])
@@ -222,7 +222,7 @@ class PolicyRequestQueue(_ReenterByKey):
                 taken.append((heap, heapq.heappop(heap)))
         heap = self._heap
         while True:
-            self._drop_dead_head(heap)
+            self._clean_top(heap)
             if not heap:
                 return
             if heap[0][_SEQ] not in overdue:
@@ -257,9 +257,10 @@ class PolicyRequestQueue(_ReenterByKey):
             self._passing += work
 
     @staticmethod
-    def _clean_top(heap: list[list], seen: set[int] | None,
-                   taken: list[tuple[list, list]] | None) -> None:
-        """Drop dead entries off the top of ``heap``, and take the ``seen`` ones."""
+    def _clean_top(heap: list[list], seen: set[int] | None = None,
+                   taken: list[tuple[list, list]] | None = None) -> None:
+        """Drop dead entries off the top of ``heap``, and take the ``seen`` ones into
+        ``taken`` (an iteration's)."""
         while heap:
             top = heap[0]
             if top[_REQUEST] is _DEAD:
@@ -288,7 +289,7 @@ class PolicyRequestQueue(_ReenterByKey):
         lane = self._overdue_heap
         if lane is None:
             return math.inf
-        self._drop_dead_head(lane)
+        self._clean_top(lane)
         return lane[0][0] if lane else math.inf
 
     def rekey(self) -> None:
@@ -312,7 +313,7 @@ class PolicyRequestQueue(_ReenterByKey):
         overdue, and the compaction clears it at no cost per admission (every request
         served from the key heap leaves one there, popped 13 levels deep at 10,000
         waiting)."""
-        self._drop_dead_head(self._heap)
+        self._clean_top(self._heap)
         overdue = self._overdue_heap
         if overdue is None:
             return self._heap
@@ -333,11 +334,6 @@ class PolicyRequestQueue(_ReenterByKey):
         if self._slack is not None:
             self._slack.remove(position)
         self.work -= work
-
-    @staticmethod
-    def _drop_dead_head(heap: list[list]) -> None:
-        while heap and heap[0][_REQUEST] is _DEAD:
-            heapq.heappop(heap)
 
     def _compact_if_sparse(self) -> None:
         limit = 2 * len(self._entries) + 64

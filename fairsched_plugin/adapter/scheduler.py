@@ -215,9 +215,9 @@ class FairSchedulingMixin(StepTrace, MetricsHooks, HeldRequests, StepPlanning, R
 
     def _backlog(self) -> int:
         """Prefill tokens queued: the waiting queues' work and the running prefills' rest
-        (as of the last planned step, plus what the guard saw admitted since)."""
-        guard = self.fairsched_policy.admission_guard
-        running = guard.ahead if guard is not None else self._running_prefill_work
+        (as the deadline policy's guard keeps it: taken at the last planned step, plus
+        what was admitted since, less what was scheduled since)."""
+        running = self.fairsched_policy.admission_guard.ahead
         return self.waiting.work + self.kv_holding_waiting.work + running
 
 

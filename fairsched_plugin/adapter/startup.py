@@ -103,7 +103,6 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
         self._deadlines: dict[str, float] = {}
         self._cached_prefix: dict[str, int] = {}
         self._failures: dict[str, int] = {}
-        self._running_prefill_work = 0
         self._by_priority = self.policy == SchedulingPolicy.PRIORITY
         self._replays_prefix = bool(getattr(self, "prefix_replay_tokens", 0))
         if not policy.follows_vllm_order:

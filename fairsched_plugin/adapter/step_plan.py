@@ -55,7 +55,7 @@ class StepPlanning:
             elif prefills:
                 decode_after_prefill = True
         if policy.uses_deadlines:
-            running = self._running_prefill_work = sum(map(prefill_work, prefills))
+            running = sum(map(prefill_work, prefills))
             policy.observe_backlog(
                 self._now, self.waiting.work + self.kv_holding_waiting.work + running, running)
         if not reorder and rule is None and (
