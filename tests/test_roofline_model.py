@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 from fairsched_plugin.predictor.features import MemoryState, batch_row
+import itertools
+
 from fairsched_plugin.predictor.roofline import (RooflineLatencyModel, built_in_model,
-                                                 parse_device, preset_for_device, roofline_ms)
+                                                 nonnegative_solve, parse_device,
+                                                 preset_for_device, roofline_ms)
 from fairsched_plugin.sim.analytic import step_time_s
 from fairsched_plugin.sim.batch import SimBatch
 from fairsched_plugin.sim.hardware import PresetError, accelerator, model_config
@@ -74,6 +77,45 @@ def test_without_a_preset_it_is_fitted_from_nothing_and_ready_only_after_warmup(
         assert model.ready == (i + 1 >= model.fit.warmup)
     predicted = model.predict(np.stack([_row(b) for b in batches[300:]]))
     assert np.median(np.abs(predicted - truth[300:]) / truth[300:]) < 0.10
+
+
+def _objective(gram, moment, w):
+    return float(w @ gram @ w - 2.0 * w @ moment)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_constrained_fit_is_the_best_of_every_sign_pattern(seed):
+    """Oracle: every subset of the constrained weights held at 0, the rest solved freely;
+    the best feasible one is the constrained optimum."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(30, 5)) + rng.normal(size=5)
+    y = x @ rng.normal(size=5) + rng.normal(size=30)
+    gram, moment = x.T @ x + 1e-3 * np.eye(5), x.T @ y
+    signed = np.array([True, False, False, False, False])
+    best = np.inf
+    for zeroed in itertools.product([False, True], repeat=4):
+        on = np.array([True, *[not z for z in zeroed]])
+        w = np.zeros(5)
+        w[on] = np.linalg.solve(gram[np.ix_(on, on)], moment[on])
+        if (w[1:] >= -1e-12).all():
+            best = min(best, _objective(gram, moment, w))
+    w = nonnegative_solve(gram, moment, signed)
+    assert (w[1:] >= 0).all()
+    assert _objective(gram, moment, w) == pytest.approx(best, rel=1e-9, abs=1e-9)
+
+
+def test_flat_noisy_step_times_never_make_a_bigger_chunk_look_faster():
+    """A fake engine's steps take 5 ms whatever the batch: an unconstrained fit of the
+    noise gave tokens a negative weight, and LPRS, aiming at 100 ms, cut every chunk."""
+    rng = np.random.default_rng(3)
+    model = RooflineLatencyModel(QWEN, None, "test")
+    for batch in _batches(rng, 200):
+        model.observe(_row(batch), 5.0 + rng.normal(0.0, 0.3))
+    assert (model.weights[1:] >= 0).all()
+    rows = np.stack([_row(SimBatch(prefills=[(n, 0)], decodes=[(500, 1)] * 3))
+                     for n in (1, 64, 512, 2048, 8192)])
+    predicted = model.predict(rows)
+    assert (np.diff(predicted) >= 0).all()
 
 
 def test_bad_measurements_are_ignored():

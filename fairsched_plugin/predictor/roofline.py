@@ -173,6 +173,8 @@ class RooflineLatencyModel:
         self._xty = self._prior * fit.ridge
         self.weights = self._prior.copy()
         self.steps_seen = 0
+        self._signed = np.zeros(width, dtype=bool)
+        self._signed[0] = True  # the constant (the offset) may take either sign
 
     @property
     def ready(self) -> bool:
@@ -199,8 +201,8 @@ class RooflineLatencyModel:
         self._xtx = forget * self._xtx + np.outer(x, x)
         self._xty = forget * self._xty + x * measured_ms
         ridge = self.fit.ridge
-        self.weights = np.linalg.solve(self._xtx + ridge * np.eye(len(x)),
-                                       self._xty + ridge * self._prior)
+        self.weights = nonnegative_solve(self._xtx + ridge * np.eye(len(x)),
+                                         self._xty + ridge * self._prior, self._signed)
         self.steps_seen += 1
 
     def outside_range(self, row: np.ndarray) -> list[str]:
@@ -215,6 +217,41 @@ class RooflineLatencyModel:
             return f"{self.source}; fitted online ({self.steps_seen} steps)"
         scale, offset = self.weights[1], self.weights[0]
         return f"{self.source}; online fit {scale:.2f} x roofline {offset:+.1f} ms"
+
+
+def nonnegative_solve(gram: np.ndarray, moment: np.ndarray, signed: np.ndarray) -> np.ndarray:
+    """The least-squares weights ``w`` minimising ``w'Gw - 2w'm`` (normal equations ``G``,
+    ``m``) with ``w >= 0`` where ``signed`` is False: Lawson and Hanson's active set, on
+    the normal equations (``G`` positive definite, a handful of terms)."""
+    size = len(moment)
+    passive = signed.copy()
+    weights = np.zeros(size)
+
+    def solved(on: np.ndarray) -> np.ndarray:
+        out = np.zeros(size)
+        if on.any():
+            out[on] = np.linalg.solve(gram[np.ix_(on, on)], moment[on])
+        return out
+
+    weights = solved(passive)
+    for _ in range(3 * size):
+        gradient = moment - gram @ weights
+        gradient[passive] = -np.inf
+        best = int(np.argmax(gradient))
+        if not gradient[best] > 1e-12 * (1.0 + abs(moment).max()):
+            break
+        passive[best] = True
+        while True:
+            trial = solved(passive)
+            blocked = passive & ~signed & (trial <= 0.0)
+            if not blocked.any():
+                weights = trial
+                break
+            step = np.min(weights[blocked] / (weights[blocked] - trial[blocked]))
+            weights = weights + step * (trial - weights)
+            passive &= ~(~signed & (weights <= 1e-15))
+            weights[~passive] = 0.0
+    return weights
 
 
 def built_in_model(model_spec: str, device_spec: str, *, vllm_model_config: Any = None,
