@@ -119,6 +119,10 @@ class LatencyChunkRule:
         self.predictor = predictor
         self.memory = memory
         self.block_size = block_size
+        self._predict_grown = getattr(predictor, "predict_grown", None)
+        """A monotone model's prediction of the batch grown by one chunk (the built-in
+        model): when the largest chunk keeps the batch within the target, the search would
+        choose it, and is skipped."""
         self.align = align
         self.apc = (
             ActivePrefillControl(apc.max_active_prefills, apc.min_chunk, apc.max_deferred_steps)
@@ -233,6 +237,14 @@ class LatencyChunkRule:
                 or not getattr(self.predictor, "ready", True)):
             return bound
         speculation = self._speculation
+        grown = self._predict_grown
+        # (A negative bias could make a smaller chunk's prediction negative, which the
+        # search treats as a failure: it runs then.)
+        if (speculation is None and grown is not None and self.bias_ms >= 0.0
+                and grown(self._batch, bound, view.prefill_start) + self.bias_ms
+                <= self.params.target_ms):
+            self._cut_to.pop(view.request_id, None)
+            return bound
         if speculation is None or len(speculation.chunk_sets[speculation.cursor]) == 0:
             try:
                 speculation = self._speculate(walk)

@@ -30,7 +30,7 @@ from ..sim.analytic import linear_params_per_layer
 from ..sim.hardware import ACCELERATORS, Accelerator, PresetError, TransformerConfig
 from ..sim.hardware import accelerator_key, field_overrides, model_config, transformer_config
 from ..sim.hardware import with_overrides
-from .features import FEATURE_NAMES
+from .features import FEATURE_NAMES, BatchStats
 
 _F = {name: FEATURE_NAMES.index(name) for name in FEATURE_NAMES}
 
@@ -83,60 +83,96 @@ def parse_device(spec: str) -> Accelerator:
 
 
 class BatchWork(NamedTuple):
-    """What a step's cost is made of, per row: tokens, attention query-key pairs, KV
-    tokens read and requests (``sim.analytic``'s quantities, from the features)."""
+    """What a step's cost is made of: tokens, attention query-key pairs, KV tokens read and
+    requests (``sim.analytic``'s quantities, from the features); per row for a matrix of
+    rows, numbers for one row."""
 
-    tokens: np.ndarray
-    pairs: np.ndarray
-    kv_read: np.ndarray
-    requests: np.ndarray
+    tokens: Any
+    pairs: Any
+    kv_read: Any
+    requests: Any
 
 
 def batch_work(rows: np.ndarray) -> BatchWork:
-    """The features keep sums, not each sequence: a step's several prefill chunks are
-    taken as equal (exact for one, the usual case), each decode as one token."""
-    rows = np.asarray(rows, dtype=np.float64)
-    prefill = rows[:, _F["prefill_tokens"]]
-    decode = rows[:, _F["decode_tokens"]]
-    requests = rows[:, _F["batch_request_count"]]
-    decode_context = rows[:, _F["sum_decode_context_len"]]
-    processed = rows[:, _F["prefill_processed_tokens"]]
-    chunks = np.maximum(requests - decode, 1.0)
+    """The work of each row's batch (a matrix of rows), or of one row's (numbers)."""
+    return work_of(rows[..., _F["prefill_tokens"]], rows[..., _F["decode_tokens"]],
+                   rows[..., _F["batch_request_count"]],
+                   rows[..., _F["sum_decode_context_len"]],
+                   rows[..., _F["prefill_processed_tokens"]])
+
+
+def work_of(prefill: Any, decode: Any, requests: Any, decode_context: Any, processed: Any,
+            maximum: Any = np.maximum) -> BatchWork:
+    """The work of a batch from the feature sums. The features keep sums, not each
+    sequence: a step's several prefill chunks are taken as equal (exact for one, the usual
+    case), each decode as one token."""
+    chunks = maximum(requests - decode, 1.0)
     pairs = (decode_context + decode + prefill * processed / chunks
              + prefill * (prefill / chunks + 1.0) / 2.0)
     return BatchWork(prefill + decode, pairs, prefill + processed + decode_context + decode,
                      requests)
 
 
+@dataclass(frozen=True)
+class Roofline:
+    """``sim.analytic.step_time_s`` as a few milliseconds-per-unit of a batch's work,
+    computed once from the model and the accelerator: each part of a step takes the
+    larger of its compute time and its memory time."""
+
+    linear_per_token: float
+    linear_weights: float
+    linear_read_per_token: float
+    elementwise_per_token: float
+    attention_per_pair: float
+    attention_per_kv_token: float
+    head_per_request: float
+    head_weights: float
+    overhead: float
+
+    @classmethod
+    def of(cls, cfg: TransformerConfig, acc: Accelerator) -> Roofline:
+        b, layers = cfg.bytes_per_param, cfg.num_layers
+        params = linear_params_per_layer(cfg)
+        gemm = acc.peak_flops * acc.gemm_efficiency / 1000.0  # FLOPs per ms
+        attention = acc.peak_flops * acc.attention_efficiency / 1000.0
+        bandwidth = acc.bandwidth * acc.bandwidth_efficiency / 1000.0  # bytes per ms
+        head_params = cfg.hidden_size * cfg.vocab_size
+        return cls(
+            linear_per_token=2.0 * params * layers / gemm,
+            linear_weights=layers * params * b / bandwidth,
+            linear_read_per_token=layers * linear_activation_elements(cfg) * b / bandwidth,
+            elementwise_per_token=layers * elementwise_elements(cfg) * b / bandwidth,
+            attention_per_pair=4.0 * cfg.num_heads * cfg.head_dim * layers / attention,
+            attention_per_kv_token=layers * 2 * cfg.num_kv_heads * cfg.head_dim * b / bandwidth,
+            head_per_request=2.0 * head_params / gemm,
+            head_weights=head_params * b / bandwidth,
+            overhead=acc.step_overhead_s * 1000.0,
+        )
+
+    def ms(self, work: BatchWork, maximum: Any = np.maximum) -> Any:
+        """The step time (ms) of the batches ``work`` describes (``maximum=max`` for one
+        batch in plain numbers: a tenth of numpy's cost on scalars)."""
+        tokens = work.tokens
+        return (maximum(self.linear_per_token * tokens,
+                        self.linear_weights + self.linear_read_per_token * tokens)
+                + self.elementwise_per_token * tokens
+                + maximum(self.attention_per_pair * work.pairs,
+                          self.attention_per_kv_token * work.kv_read)
+                + maximum(self.head_per_request * work.requests, self.head_weights)
+                + self.overhead)
+
+
 def roofline_ms(rows: np.ndarray, cfg: TransformerConfig, acc: Accelerator) -> np.ndarray:
     """``sim.analytic.step_time_s`` of each row's batch, in ms, from its features alone
     (:func:`batch_work`)."""
-    work = batch_work(rows)
-    tokens = work.tokens
-    b, layers = cfg.bytes_per_param, cfg.num_layers
-    params = linear_params_per_layer(cfg)
-    bandwidth = acc.bandwidth * acc.bandwidth_efficiency
-    linear = np.maximum(2.0 * tokens * params * layers / (acc.peak_flops * acc.gemm_efficiency),
-                        layers * (params + tokens * linear_activation_elements(cfg)) * b
-                        / bandwidth)
-    elementwise = layers * tokens * elementwise_elements(cfg) * b / bandwidth
-    attention = np.maximum(
-        4.0 * cfg.num_heads * cfg.head_dim * work.pairs * layers
-        / (acc.peak_flops * acc.attention_efficiency),
-        layers * 2 * cfg.num_kv_heads * cfg.head_dim * b * work.kv_read / bandwidth)
-    head_params = cfg.hidden_size * cfg.vocab_size
-    head = np.maximum(2.0 * head_params * work.requests / (acc.peak_flops * acc.gemm_efficiency),
-                      head_params * b / bandwidth)
-    return (linear + elementwise + attention + head + acc.step_overhead_s) * 1000.0
+    return Roofline.of(cfg, acc).ms(batch_work(np.asarray(rows, dtype=np.float64)))
 
 
-def batch_terms(rows: np.ndarray) -> np.ndarray:
-    """What a step's time grows with, for an accelerator with no preset: a constant,
-    tokens (thousands), attention pairs (millions), KV tokens read (hundred-thousands)
-    and requests (hundreds); scaled so that one fit handles them alike."""
-    work = batch_work(rows)
-    return np.column_stack([np.ones(len(work.tokens)), work.tokens / 1e3, work.pairs / 1e6,
-                            work.kv_read / 1e5, work.requests / 1e2])
+def batch_terms(work: BatchWork) -> tuple[Any, ...]:
+    """What a step's time grows with, for an accelerator with no preset (besides a
+    constant): tokens (thousands), attention pairs (millions), KV tokens read
+    (hundred-thousands) and requests (hundreds); scaled so that one fit handles them alike."""
+    return (work.tokens / 1e3, work.pairs / 1e6, work.kv_read / 1e5, work.requests / 1e2)
 
 
 @dataclass(frozen=True)
@@ -163,6 +199,7 @@ class RooflineLatencyModel:
                  fit: FitParams = FitParams()) -> None:
         self.cfg = cfg
         self.acc = acc
+        self._roofline = Roofline.of(cfg, acc) if acc is not None else None
         self.source = source
         self.fit = fit
         width = 2 if acc is not None else 5
@@ -175,6 +212,8 @@ class RooflineLatencyModel:
         self.steps_seen = 0
         self._signed = np.zeros(width, dtype=bool)
         self._signed[0] = True  # the constant (the offset) may take either sign
+        self._ridge = fit.ridge * np.eye(width)
+        self._pull = fit.ridge * self._prior
 
     @property
     def ready(self) -> bool:
@@ -182,27 +221,50 @@ class RooflineLatencyModel:
         without one."""
         return self.acc is not None or self.steps_seen >= self.fit.warmup
 
-    def _terms(self, rows: np.ndarray) -> np.ndarray:
-        if self.acc is None:
-            return batch_terms(rows)
-        return np.column_stack([np.ones(len(rows)), roofline_ms(rows, self.cfg, self.acc)])
+    def _variable_terms(self, work: BatchWork, maximum: Any = np.maximum) -> tuple[Any, ...]:
+        """The fitted terms but the constant, of batches' work or of one batch's."""
+        if self._roofline is None:
+            return batch_terms(work)
+        return (self._roofline.ms(work, maximum),)
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
         """Predicted step time (ms) of each row's batch, never below 0."""
-        return np.maximum(self._terms(rows) @ self.weights, 0.0)
+        weights = self.weights
+        total = weights[0]
+        terms = self._variable_terms(batch_work(np.asarray(rows, dtype=np.float64)))
+        for weight, term in zip(weights[1:], terms):
+            total = total + weight * term
+        return np.maximum(total, 0.0)
+
+    def predict_grown(self, batch: BatchStats, chunk: int, processed: int) -> float:
+        """:meth:`predict` of ``batch`` grown by a prefill chunk of ``chunk`` tokens after
+        ``processed`` computed ones, straight from the sums (no feature row): LPRS asks
+        this of each candidate's largest chunk first, and skips its search when that batch
+        is predicted within the target (the prediction grows with the chunk, so the
+        search would choose the largest one)."""
+        work = work_of(float(batch.prefill_tokens + chunk), float(batch.decode_tokens),
+                       float(batch.batch_request_count + 1),
+                       float(batch.sum_decode_context_len),
+                       float(batch.prefill_processed_tokens + processed), maximum=max)
+        weights = self.weights
+        terms = self._variable_terms(work, maximum=max)
+        total = float(weights[0])
+        for weight, term in zip(weights[1:], terms):
+            total += float(weight) * term
+        return max(total, 0.0)
 
     def observe(self, row: np.ndarray, measured_ms: float) -> None:
         """A dispatched batch's features and its measured step time: one more step in the
         fit (a non-finite or non-positive time is ignored)."""
         if not 0.0 < measured_ms < np.inf:
             return
-        x = self._terms(np.asarray(row)[None, :])[0]
+        x = np.array((1.0, *self._variable_terms(
+            batch_work(np.asarray(row, dtype=np.float64)), maximum=max)))
         forget = self.fit.forget
         self._xtx = forget * self._xtx + np.outer(x, x)
         self._xty = forget * self._xty + x * measured_ms
-        ridge = self.fit.ridge
-        self.weights = nonnegative_solve(self._xtx + ridge * np.eye(len(x)),
-                                         self._xty + ridge * self._prior, self._signed)
+        self.weights = nonnegative_solve(self._xtx + self._ridge, self._xty + self._pull,
+                                         self._signed, self.weights > 0.0)
         self.steps_seen += 1
 
     def outside_range(self, row: np.ndarray) -> list[str]:
@@ -219,26 +281,41 @@ class RooflineLatencyModel:
         return f"{self.source}; online fit {scale:.2f} x roofline {offset:+.1f} ms"
 
 
-def nonnegative_solve(gram: np.ndarray, moment: np.ndarray, signed: np.ndarray) -> np.ndarray:
+def _tolerance(moment: np.ndarray) -> float:
+    """How far above 0 a gradient must be for a weight held at 0 to be worth freeing."""
+    return 1e-12 * (1.0 + float(np.abs(moment).max()))
+
+
+def nonnegative_solve(gram: np.ndarray, moment: np.ndarray, signed: np.ndarray,
+                      start: np.ndarray | None = None) -> np.ndarray:
     """The least-squares weights ``w`` minimising ``w'Gw - 2w'm`` (normal equations ``G``,
     ``m``) with ``w >= 0`` where ``signed`` is False: Lawson and Hanson's active set, on
-    the normal equations (``G`` positive definite, a handful of terms)."""
+    the normal equations (``G`` positive definite, a handful of terms). ``start``: the
+    terms expected to be free of their bound (the last solution's), tried first: from one
+    step to the next they rarely change, and one solve then suffices."""
     size = len(moment)
-    passive = signed.copy()
-    weights = np.zeros(size)
 
     def solved(on: np.ndarray) -> np.ndarray:
+        if on.all():
+            return np.linalg.solve(gram, moment)
         out = np.zeros(size)
         if on.any():
             out[on] = np.linalg.solve(gram[np.ix_(on, on)], moment[on])
         return out
 
+    if start is not None:
+        passive = start | signed
+        weights = solved(passive)
+        if (weights > 0.0)[passive & ~signed].all() and (passive.all() or not (
+                (moment - gram @ weights)[~passive] > _tolerance(moment)).any()):
+            return weights
+    passive = signed.copy()
     weights = solved(passive)
     for _ in range(3 * size):
         gradient = moment - gram @ weights
         gradient[passive] = -np.inf
         best = int(np.argmax(gradient))
-        if not gradient[best] > 1e-12 * (1.0 + abs(moment).max()):
+        if not gradient[best] > _tolerance(moment):
             break
         passive[best] = True
         while True:
