@@ -187,26 +187,41 @@ def test_chunk_ends_align_down_except_the_final_chunk(computed, chunk, remaining
 def test_holds_back_exactly_when_no_proposal_could_get_through():
     apc = ActivePrefillControl(max_active=1, min_chunk=16, max_deferred_steps=2)
     apc.begin_step(max_seqs=64, num_decodes=0, token_budget=256, committed=0)
-    assert not apc.holds_back("a")  # nothing active yet
+    assert not apc.holds_back("a", False)  # nothing active yet
     apc.choose("a", 64, 256, 1000)
-    assert apc.holds_back("b")
+    assert apc.holds_back("b", False)
     for proposed in (1, 16, 192):
         assert decide(proposed, 192, 1000, apc.active, apc.cap, 16)[0] == 0
+    # A bound that can finish the prompt: the finishing chunk gets through the cap.
+    assert not apc.holds_back("b", True)
+    assert decide(150, 192, 150, apc.active, apc.cap, 16)[0] == 150
     apc.deferred["b"] = 2  # due to be forced: it must be asked
-    assert not apc.holds_back("b")
+    assert not apc.holds_back("b", False)
+
+
+def test_a_chunk_that_finishes_its_prompt_neither_needs_nor_takes_an_active_slot():
+    """The cap counts unfinished prefills: a burst of short prompts all go in one step
+    behind a long one, which still holds the only slot."""
+    apc = ActivePrefillControl(max_active=1, min_chunk=16, max_deferred_steps=8)
+    apc.begin_step(max_seqs=64, num_decodes=0, token_budget=2048, committed=0)
+    assert apc.choose("long", 512, 2048, 10_000) == 512
+    assert [apc.choose(f"short{i}", 100, 1536, 100) for i in range(5)] == [100] * 5
+    assert apc.active == 1
+    assert apc.choose("other-long", 512, 1036, 5_000) == 0  # unfinished: blocked by the cap
 
 
 def test_would_choose_is_choose_for_a_given_batch_without_recording():
     apc = ActivePrefillControl(max_active=2, min_chunk=16, max_deferred_steps=2)
     apc.begin_step(max_seqs=64, num_decodes=0, token_budget=256, committed=0)
     apc.deferred["late"] = 2  # due to be forced
-    cases = [("a", 64, 200, 500), ("b", 8, 200, 500), ("late", 64, 200, 500)]
+    cases = [("a", 64, 200, 500), ("b", 8, 200, 500), ("late", 64, 200, 500),
+             ("short", 100, 200, 100), ("short-cut", 50, 200, 100)]
     for active in (0, 1, 2):
         for request_id, proposed, bound, remaining in cases:
             snapshot = (dict(apc.deferred), dict(apc.counts), apc.active)
             assumed = apc.would_choose(request_id, proposed, bound, remaining, active)
-            assert apc.holds_back(request_id, active) == (
-                active >= 2 and request_id != "late")
+            assert apc.holds_back(request_id, bound >= remaining, active) == (
+                active >= 2 and request_id not in ("late", "short", "short-cut"))
             assert (dict(apc.deferred), dict(apc.counts), apc.active) == snapshot
             real = ActivePrefillControl(2, 16, 2, cap=apc.cap, active=active,
                                         deferred=dict(apc.deferred))

@@ -68,7 +68,7 @@ class SequentialReference:
 
     def choose(self, view, bound, walk):
         remaining = view.remaining_prefill
-        if self.apc is not None and self.apc.holds_back(view.request_id):
+        if self.apc is not None and self.apc.holds_back(view.request_id, bound >= remaining):
             proposed = bound
         else:
             proposed = self._algorithm_1(view, bound)

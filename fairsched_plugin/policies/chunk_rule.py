@@ -196,7 +196,7 @@ class LatencyChunkRule:
         remaining = view.remaining_prefill
         self._proposal = None
         # 3. Chunk: Algorithm 1, or the bound.
-        if apc is not None and apc.holds_back(request_id):
+        if apc is not None and apc.holds_back(request_id, bound >= remaining):
             proposed = bound  # APC's cap is reached: no prediction can change the outcome
         else:
             proposed = self._propose(view, bound, walk)
@@ -288,7 +288,9 @@ class LatencyChunkRule:
         def assume(view: RequestView, bound: int) -> int | None:
             committed, active, rows = state
             request_id = view.request_id
-            if bound < 1 or (apc is not None and apc.holds_back(request_id, active)):
+            remaining = view.remaining_prefill
+            if bound < 1 or (apc is not None
+                             and apc.holds_back(request_id, bound >= remaining, active)):
                 chunks, proposed = _NO_ROWS, bound
             else:
                 chunks = candidate_chunks(bound, granularity)
@@ -296,7 +298,6 @@ class LatencyChunkRule:
                     return None
                 state[2] = rows + len(chunks)
                 proposed = 1 if small else min(cut_to.get(request_id, bound), bound)
-            remaining = view.remaining_prefill
             if align:
                 proposed = self._aligned(view.prefill_start, proposed, remaining, committed)
             chunk = proposed
@@ -304,7 +305,7 @@ class LatencyChunkRule:
                 chunk = apc.would_choose(request_id, proposed, bound, remaining, active)
             if chunk > 0:
                 state[0] = committed + chunk
-                state[1] = active + 1
+                state[1] = active + (chunk < remaining)
             speculation.ids.append(request_id)
             speculation.bounds.append(bound)
             speculation.assumed.append(chunk)
