@@ -290,7 +290,8 @@ KEYS: tuple[_Key, ...] = (
          lambda v: 0 <= v <= 1),
     _Key("apc.enabled", bool, '"auto" (on unless the policy is fcfs, the control), true or '
          "false (active prefill control)", allow_auto=True),
-    _Key("apc.max_active_prefills", int, "an integer >= 1 (C_max: prefills active at once)",
+    _Key("apc.max_active_prefills", int,
+         "an integer >= 1 (C_max: prefills a step leaves unfinished, at most)",
          lambda v: v >= 1),
     _Key("apc.min_chunk", int, "an integer >= 1 (L_min: the minimum useful chunk, tokens)",
          lambda v: v >= 1),
