@@ -130,18 +130,21 @@ def test_min_progress_eq13():
 
 
 @pytest.mark.parametrize(
-    "proposed, bound, remaining, active, cap, expected",
+    "proposed, bound, remaining, active, cap, started, expected",
     [
-        (64, 200, 500, 1, 4, (64, Outcome.ACCEPTED)),         # under cap, >= m
-        (64, 200, 500, 4, 4, (0, Outcome.BLOCKED_BY_CAP)),    # cap reached
-        (8, 200, 500, 1, 4, (0, Outcome.BLOCKED_BY_MIN_CHUNK)),  # too small, others active
-        (8, 200, 500, 0, 4, (16, Outcome.WARM_START)),         # too small, none active
-        (1, 10, 500, 0, 0, (10, Outcome.WARM_START)),          # warm start capped by h
-        (5, 200, 5, 2, 4, (5, Outcome.ACCEPTED)),              # final remainder: m = r
+        (64, 200, 500, 1, 4, True, (64, Outcome.ACCEPTED)),         # under cap, >= m
+        (64, 200, 500, 4, 4, True, (0, Outcome.BLOCKED_BY_CAP)),    # cap reached
+        (64, 200, 64, 4, 4, True, (64, Outcome.ACCEPTED)),          # cap reached, finishes
+        (8, 200, 500, 1, 4, True, (0, Outcome.BLOCKED_BY_MIN_CHUNK)),  # too small, others active
+        (8, 200, 500, 0, 4, False, (16, Outcome.WARM_START)),       # too small, no prefill yet
+        # too small, the batch's prefills all finish: prefill is running, no warm start
+        (8, 200, 500, 0, 4, True, (0, Outcome.BLOCKED_BY_MIN_CHUNK)),
+        (1, 10, 500, 0, 0, False, (10, Outcome.WARM_START)),        # warm start capped by h
+        (5, 200, 5, 2, 4, True, (5, Outcome.ACCEPTED)),             # final remainder: m = r
     ],
 )
-def test_decision_rule_eq14(proposed, bound, remaining, active, cap, expected):
-    assert decide(proposed, bound, remaining, active, cap, min_chunk=16) == expected
+def test_decision_rule_eq14(proposed, bound, remaining, active, cap, started, expected):
+    assert decide(proposed, bound, remaining, active, cap, 16, started) == expected
 
 
 def test_warm_start_makes_progress_when_no_prefill_is_active():
@@ -191,10 +194,10 @@ def test_holds_back_exactly_when_no_proposal_could_get_through():
     apc.choose("a", 64, 256, 1000)
     assert apc.holds_back("b", False)
     for proposed in (1, 16, 192):
-        assert decide(proposed, 192, 1000, apc.active, apc.cap, 16)[0] == 0
+        assert decide(proposed, 192, 1000, apc.active, apc.cap, 16, apc.started)[0] == 0
     # A bound that can finish the prompt: the finishing chunk gets through the cap.
     assert not apc.holds_back("b", True)
-    assert decide(150, 192, 150, apc.active, apc.cap, 16)[0] == 150
+    assert decide(150, 192, 150, apc.active, apc.cap, 16, apc.started)[0] == 150
     apc.deferred["b"] = 2  # due to be forced: it must be asked
     assert not apc.holds_back("b", False)
 
@@ -208,6 +211,10 @@ def test_a_chunk_that_finishes_its_prompt_neither_needs_nor_takes_an_active_slot
     assert [apc.choose(f"short{i}", 100, 1536, 100) for i in range(5)] == [100] * 5
     assert apc.active == 1
     assert apc.choose("other-long", 512, 1036, 5_000) == 0  # unfinished: blocked by the cap
+    # A too-small chunk gets no warm start in a batch whose prefills all finish.
+    apc.begin_step(max_seqs=64, num_decodes=0, token_budget=2048, committed=0)
+    assert apc.choose("short", 100, 2048, 100) == 100 and apc.active == 0
+    assert apc.choose("tiny", 4, 2048, 5_000) == 0
 
 
 def test_would_choose_is_choose_for_a_given_batch_without_recording():
@@ -216,13 +223,13 @@ def test_would_choose_is_choose_for_a_given_batch_without_recording():
     apc.deferred["late"] = 2  # due to be forced
     cases = [("a", 64, 200, 500), ("b", 8, 200, 500), ("late", 64, 200, 500),
              ("short", 100, 200, 100), ("short-cut", 50, 200, 100)]
-    for active in (0, 1, 2):
+    for active, started in ((0, False), (0, True), (1, True), (2, True)):
         for request_id, proposed, bound, remaining in cases:
             snapshot = (dict(apc.deferred), dict(apc.counts), apc.active)
-            assumed = apc.would_choose(request_id, proposed, bound, remaining, active)
+            assumed = apc.would_choose(request_id, proposed, bound, remaining, active, started)
             assert apc.holds_back(request_id, bound >= remaining, active) == (
                 active >= 2 and request_id not in ("late", "short", "short-cut"))
             assert (dict(apc.deferred), dict(apc.counts), apc.active) == snapshot
-            real = ActivePrefillControl(2, 16, 2, cap=apc.cap, active=active,
+            real = ActivePrefillControl(2, 16, 2, cap=apc.cap, active=active, started=started,
                                         deferred=dict(apc.deferred))
             assert real.choose(request_id, proposed, bound, remaining) == assumed

@@ -128,34 +128,44 @@ def test_warm_start_gives_a_minimum_chunk_when_the_target_is_already_spent(
 
 
 def test_apc_caps_active_prefills(config_only_model, model):
+    """The cap counts the prefills a step leaves unfinished; chunks that finish their
+    prompt get through beside them."""
     engine = _engine(config_only_model, {
-        "policy": "fcfs", "apc": {"enabled": True, "max_active_prefills": 2, "min_chunk": 16}})
-    engine.add([make_request(f"r{i}", 40, 4, arrival_time=float(i)) for i in range(5)])
-    assert engine.step().output.num_scheduled_tokens == {"r0": 40, "r1": 40}
+        "policy": "fcfs", "apc": {"enabled": True, "max_active_prefills": 2, "min_chunk": 16}},
+        long_prefill_token_threshold=40)
+    engine.add([make_request(f"r{i}", 400, 4, arrival_time=float(i)) for i in range(2)]
+               + [make_request(f"s{i}", 30, 4, arrival_time=2.0 + i) for i in range(3)]
+               + [make_request(f"r{i}", 400, 4, arrival_time=3.0 + i) for i in range(2, 5)])
+    assert engine.step().output.num_scheduled_tokens == {
+        "r0": 40, "r1": 40, "s0": 30, "s1": 30, "s2": 30}
 
 
-def _long_prompt_under_short_stream(model_dir, max_deferred_steps: int, steps: int) -> int:
+def _long_prompt_under_short_stream(model_dir, max_deferred_steps: int,
+                                    steps: int) -> tuple[int, int]:
     """Prefill tokens a long prompt gets in ``steps`` steps while, under SPF with room for
-    one active prefill, a new short request arrives every step and outranks it."""
+    one unfinished prefill and chunks of at most 100 tokens, a new 150-token request
+    arrives every step, outranks it and takes the slot with its first chunk. Also returns
+    what its first step, alone, gave it."""
     engine = _engine(model_dir, {
         "policy": "spf",
         "apc": {"enabled": True, "max_active_prefills": 1, "min_chunk": 16,
                 "max_deferred_steps": max_deferred_steps},
-    }, max_num_seqs=64)
+    }, max_num_seqs=64, long_prefill_token_threshold=100)
     engine.add([make_request("long", 1200, 500, arrival_time=0.0)])
-    engine.step()  # alone at first: it becomes a running partial prefill
+    # Alone at first: it becomes a running partial prefill.
+    alone = engine.step().output.num_scheduled_tokens["long"]
     for step in range(steps):
-        engine.add([make_request(f"s{step}", 20, 2, arrival_time=1.0 + step)])
+        engine.add([make_request(f"s{step}", 150, 2, arrival_time=1.0 + step)])
         engine.step()
-    return min(engine.scheduler.requests["long"].num_computed_tokens, 1200)
+    return min(engine.scheduler.requests["long"].num_computed_tokens, 1200), alone
 
 
 def test_no_starvation_under_a_sustained_stream_of_short_requests(config_only_model):
     # Without the deferral bound the activity cap keeps the long prompt where it was...
-    stuck = _long_prompt_under_short_stream(config_only_model, 10**6, steps=60)
-    assert stuck == BUDGET
+    stuck, alone = _long_prompt_under_short_stream(config_only_model, 10**6, steps=60)
+    assert stuck == alone
     # ...with it, the long prompt is forced forward every few steps and finishes.
-    assert _long_prompt_under_short_stream(config_only_model, 4, steps=60) == 1200
+    assert _long_prompt_under_short_stream(config_only_model, 4, steps=60)[0] == 1200
 
 
 def test_alignment_ends_chunks_on_block_boundaries_except_the_last(config_only_model):

@@ -45,14 +45,15 @@ def min_progress(remaining: int, min_chunk: int) -> int:
 
 
 def decide(proposed: int, bound: int, remaining: int, active: int, cap: int,
-           min_chunk: int) -> tuple[int, Outcome]:
+           min_chunk: int, started: bool) -> tuple[int, Outcome]:
     """Eq. 14 for one prefill: ``proposed`` is LPRS's (or the budget rule's) chunk,
     ``bound`` the feasible ``h``, ``active`` the unfinished prefills already in this
-    batch. A chunk that finishes the prompt is accepted whatever ``active`` is."""
+    batch, ``started`` whether it has any prefill (the warm start is for a batch with
+    none). A chunk that finishes the prompt is accepted whatever ``active`` is."""
     m = min_progress(remaining, min_chunk)
     if proposed >= m and (active < cap or proposed >= remaining):
         return proposed, Outcome.ACCEPTED
-    if proposed < m and active == 0:
+    if proposed < m and not started:
         return min(bound, m), Outcome.WARM_START
     if proposed >= m:
         return 0, Outcome.BLOCKED_BY_CAP
@@ -69,6 +70,7 @@ class ActivePrefillControl:
     max_deferred_steps: int
     cap: int = 0
     active: int = 0
+    started: bool = False
     deferred: dict[str, int] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=lambda: dict(_NO_COUNTS))
 
@@ -77,6 +79,7 @@ class ActivePrefillControl:
         self.cap = activity_cap(self.max_active, max_seqs, num_decodes, token_budget,
                                 committed, self.min_chunk)
         self.active = 0
+        self.started = False
         self.counts = dict(_NO_COUNTS)
 
     def holds_back(self, request_id: str, can_finish: bool, active: int | None = None) -> bool:
@@ -92,26 +95,31 @@ class ActivePrefillControl:
         )
 
     def would_choose(self, request_id: str, proposed: int, bound: int, remaining: int,
-                     active: int) -> int:
-        """The chunk :meth:`choose` would give with ``active`` prefills in the batch,
-        recording nothing: what a caller looking ahead assumes."""
-        return self._decide(request_id, proposed, bound, remaining, active)[0]
+                     active: int, started: bool) -> int:
+        """The chunk :meth:`choose` would give with ``active`` unfinished prefills in the
+        batch (and any prefill at all: ``started``), recording nothing: what a caller
+        looking ahead assumes."""
+        return self._decide(request_id, proposed, bound, remaining, active, started)[0]
 
     def choose(self, request_id: str, proposed: int, bound: int, remaining: int) -> int:
         """The chunk this prefill gets (0: held back this step)."""
-        chunk, outcome = self._decide(request_id, proposed, bound, remaining, self.active)
+        chunk, outcome = self._decide(request_id, proposed, bound, remaining, self.active,
+                                      self.started)
         self.counts[outcome.value] += 1
         if chunk > 0:
             self.active += chunk < remaining
+            self.started = True
             self.deferred.pop(request_id, None)
         else:
             self.deferred[request_id] = self.deferred.get(request_id, 0) + 1
         return chunk
 
     def _decide(self, request_id: str, proposed: int, bound: int, remaining: int,
-                active: int) -> tuple[int, Outcome]:
-        """Eq. 14 with the deferral bound, for a batch with ``active`` prefills."""
-        chunk, outcome = decide(proposed, bound, remaining, active, self.cap, self.min_chunk)
+                active: int, started: bool) -> tuple[int, Outcome]:
+        """Eq. 14 with the deferral bound, for a batch with ``active`` unfinished
+        prefills."""
+        chunk, outcome = decide(proposed, bound, remaining, active, self.cap, self.min_chunk,
+                                started)
         if chunk == 0 and bound >= 1 and self.deferred.get(request_id, 0) >= self.max_deferred_steps:
             chunk = max(proposed, min(bound, min_progress(remaining, self.min_chunk)))
             outcome = Outcome.FORCED

@@ -283,10 +283,12 @@ class LatencyChunkRule:
         cut_to = self._cut_to
         speculation = _Speculation()
         candidates: list[tuple[int, int, np.ndarray]] = []
-        state = [self._committed, apc.active if apc is not None else 0, 0]  # committed, active, rows
+        # committed, unfinished prefills, rows, any prefill
+        state = [self._committed, apc.active if apc is not None else 0, 0,
+                 apc.started if apc is not None else False]
 
         def assume(view: RequestView, bound: int) -> int | None:
-            committed, active, rows = state
+            committed, active, rows, started = state
             request_id = view.request_id
             remaining = view.remaining_prefill
             if bound < 1 or (apc is not None
@@ -302,10 +304,11 @@ class LatencyChunkRule:
                 proposed = self._aligned(view.prefill_start, proposed, remaining, committed)
             chunk = proposed
             if apc is not None:
-                chunk = apc.would_choose(request_id, proposed, bound, remaining, active)
+                chunk = apc.would_choose(request_id, proposed, bound, remaining, active, started)
             if chunk > 0:
                 state[0] = committed + chunk
                 state[1] = active + (chunk < remaining)
+                state[3] = True
             speculation.ids.append(request_id)
             speculation.bounds.append(bound)
             speculation.assumed.append(chunk)
