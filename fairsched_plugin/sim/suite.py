@@ -101,7 +101,8 @@ def group_settings(scenario: Scenario, device: str, model: AnalyticStepModel,
 
 def run_metrics(requests: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """What the table and the plots read of one run: TTFT and E2E statistics, output
-    throughput, per-class TTFT, TTFT at every percentile (for the CDF), and the part of
+    throughput, the P99 request's time per output token (requests with two or more
+    output tokens), per-class TTFT, TTFT at every percentile (for the CDF), and the part of
     TTFT spent queueing for the budget (arrival to the first step that schedules the
     request; the rest is the prefill's own steps)."""
     done = [r for r in requests if r["error"] is None and r["finish_s"] is not None]
@@ -109,6 +110,8 @@ def run_metrics(requests: Sequence[dict[str, Any]]) -> dict[str, Any]:
     queued = np.array([r["first_scheduled_s"] - r["arrival_s"] for r in done])
     e2e = np.array([r["finish_s"] - r["arrival_s"] for r in done])
     span = max(r["finish_s"] for r in done) - min(r["arrival_s"] for r in done)
+    tpot = [(r["finish_s"] - r["first_token_s"]) / (r["output_tokens"] - 1)
+            for r in done if r["output_tokens"] > 1]
     by_class = {}
     for name, low, high in CLASS_EDGES:
         values = [t for t, r in zip(ttft, done) if low <= r["prompt_tokens"] < high]
@@ -121,6 +124,7 @@ def run_metrics(requests: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "ttft_p99": _r(np.percentile(ttft, 99)), "e2e_mean": _r(e2e.mean()),
         "queued_p50": _r(np.percentile(queued, 50)), "queued_mean": _r(queued.mean()),
         "output_tps": _r(sum(r["output_tokens"] for r in done) / span),
+        "tpot_p99": _r(np.percentile(tpot, 99)) if tpot else 0.0,
         "by_class": by_class,
         "ttft_percentiles": [_r(v) for v in np.percentile(ttft, np.arange(101))],
     }

@@ -18,7 +18,7 @@ Cell = dict[str, Any]
 GroupKey = tuple[str, str, str, str]
 
 COLUMNS = (("median TTFT", "ttft_p50"), ("mean TTFT", "ttft_mean"), ("P99 TTFT", "ttft_p99"),
-           ("mean E2E", "e2e_mean"), ("output tok/s", "output_tps"))
+           ("mean E2E", "e2e_mean"), ("output tok/s", "output_tps"), ("P99 TPOT", "tpot_p99"))
 
 
 def group_key(item: dict[str, Any]) -> GroupKey:
@@ -32,7 +32,10 @@ def _stock(cells: Iterable[Cell]) -> dict[tuple[GroupKey, float], Cell]:
 def ratio(cell: Cell, stock: Cell, metric: str, cls: str | None = None) -> float | None:
     """``cell``'s metric over stock's (a class's P99 TTFT with ``cls``)."""
     if cls is None:
-        mine, base = cell["metrics"][metric], stock["metrics"][metric]
+        # A result written before a metric existed has none to compare.
+        mine, base = cell["metrics"].get(metric), stock["metrics"].get(metric)
+        if mine is None or base is None:
+            return None
     else:
         a, b = cell["metrics"]["by_class"].get(cls), stock["metrics"]["by_class"].get(cls)
         if a is None or b is None:
@@ -48,6 +51,8 @@ def _fmt_ratio(value: float | None) -> str:
 def _fmt_abs(metric: str, value: float) -> str:
     if metric == "output_tps":
         return f"{value:,.0f}"
+    if metric == "tpot_p99":
+        return f"{value * 1e3:.1f} ms"
     return f"{value * 1e3:,.0f} ms" if value < 1 else f"{value:,.2f} s"
 
 
@@ -75,7 +80,8 @@ def group_table(group: dict[str, Any], cells: list[Cell]) -> list[str]:
     for cell in cells:
         base = stock[(group_key(cell), cell["load"])]
         if cell["arm"] == STOCK:
-            values = [_fmt_abs(m, cell["metrics"][m]) for _, m in COLUMNS]
+            values = [_fmt_abs(m, cell["metrics"][m]) if m in cell["metrics"] else "-"
+                      for _, m in COLUMNS]
             values += [_fmt_abs("ttft", cell["metrics"]["by_class"][c]["p99"])
                        if c in cell["metrics"]["by_class"] else "-" for c in classes]
         else:
