@@ -229,12 +229,8 @@ class RooflineLatencyModel:
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
         """Predicted step time (ms) of each row's batch, never below 0."""
-        weights = self.weights
-        total = weights[0]
         terms = self._variable_terms(batch_work(np.asarray(rows, dtype=np.float64)))
-        for weight, term in zip(weights[1:], terms):
-            total = total + weight * term
-        return np.maximum(total, 0.0)
+        return np.maximum(self._weighted(terms), 0.0)
 
     def predict_grown(self, batch: BatchStats, chunk: int, processed: int) -> float:
         """:meth:`predict` of ``batch`` grown by a prefill chunk of ``chunk`` tokens after
@@ -246,12 +242,15 @@ class RooflineLatencyModel:
                        float(batch.batch_request_count + 1),
                        float(batch.sum_decode_context_len),
                        float(batch.prefill_processed_tokens + processed), maximum=max)
+        return max(float(self._weighted(self._variable_terms(work, maximum=max))), 0.0)
+
+    def _weighted(self, terms: tuple[Any, ...]) -> Any:
+        """The fitted weights' sum of the constant and ``terms`` (arrays or numbers)."""
         weights = self.weights
-        terms = self._variable_terms(work, maximum=max)
-        total = float(weights[0])
+        total = weights[0]
         for weight, term in zip(weights[1:], terms):
-            total += float(weight) * term
-        return max(total, 0.0)
+            total = total + weight * term
+        return total
 
     def observe(self, row: np.ndarray, measured_ms: float) -> None:
         """A dispatched batch's features and its measured step time: one more step in the
