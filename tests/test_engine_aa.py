@@ -1,9 +1,9 @@
 """benchmarks/engine_aa.py's reading of a run: paired ratios, their interval, the table.
 
 The analysis is checked on planted rounds whose ratios are known; one slow test per mode
-(the engine alone with and without arrivals, a server with either client) runs two arms
-for two rounds on the tiny model (docs/benchmark.md says how to read
-the benchmark)."""
+(the engine alone with and without arrivals, a server through ``vllm bench serve``; the
+project's replay client on a real server is test_bench_e2e's) runs two arms for two rounds
+on the tiny model (docs/benchmark.md says how to read the benchmark)."""
 
 from __future__ import annotations
 
@@ -88,14 +88,14 @@ def test_modes_that_do_not_mix_are_refused(tmp_path: Path, flags: list[str],
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "plugin_arm"),
-                         [([], "fcfs"), (["--arrivals"], "fcfs"), (["--server"], "fcfs#2"),
-                          (["--server", "--client", "vllm-bench"], "fcfs")],
-                         ids=["engine", "engine-arrivals", "server", "server-vllm-bench"])
+                         [([], "fcfs"), (["--arrivals"], "fcfs"),
+                          (["--server", "--client", "vllm-bench"], "fcfs#2")],
+                         ids=["engine", "engine-arrivals", "server-vllm-bench"])
 def test_a_real_round_serves_every_arm_the_same_work(tiny_model: Path, tmp_path: Path,
                                                      mode: list[str], plugin_arm: str) -> None:
     """Two arms, two rounds on the tiny model: every request decodes its case length in
     every arm, the plugin arm's trace is read per round (``fcfs#2``: an instance suffix
-    starts the same arm), and the engines stop; through either client."""
+    starts the same arm), and the engines stop."""
     pytest.importorskip("vllm")
     from fairsched_plugin.bench.workloads import WorkloadRequest, write_case
 

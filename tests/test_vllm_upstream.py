@@ -19,7 +19,8 @@ Then, for each configuration:
   makes this test fail until its entry is removed);
 * the plugin run built plugin schedulers only, and ran the same tests as stock.
 
-Each release in ``harness.UPSTREAM_VERSIONS`` runs its own tests (0.32.0, installed; 0.33.0
+The runs start two at a time ahead of the tests that check them (``paired_jobs``). Each
+release in ``harness.UPSTREAM_VERSIONS`` runs its own tests (0.32.0, installed; 0.33.0
 and 0.34.0 over their source overlays), under ``fcfs`` and the default; the newest also
 under ``aging`` and ``aging+align``. An entry of
 ``differences.toml`` applies to the releases its ``vllm`` list names, or to every release
@@ -36,6 +37,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
+from paired_jobs import PairedJobs, selected  # noqa: E402
 from vllm_upstream.harness import (  # noqa: E402
     DRAIN_TEST,
     UPSTREAM_VERSIONS,
@@ -109,20 +111,45 @@ def load_lists() -> Lists:
     return lists
 
 
-_stock: dict[str, SuiteResult] = {}
+def _run(key: tuple[str, ...]) -> SuiteResult:
+    """``("stock", version)``, ``("plugin", version, configuration)`` or ``("drain",
+    policy)``: one run of the harness."""
+    if key[0] == "stock":
+        return run_suite("stock", version=key[1])
+    if key[0] == "plugin":
+        name, settings = CONFIGS[key[2]]
+        return run_suite("plugin", name, fairsched_env=settings, version=key[1])
+    version = UPSTREAM_VERSIONS[-1]
+    if key[1] == "stock":
+        return run_suite("stock", files=(DRAIN_TEST,), version=version)
+    return run_suite("plugin", key[1], files=(DRAIN_TEST,), version=version)
 
 
-def stock_run(version: str) -> SuiteResult:
-    """Stock vLLM's run of ``version``'s tests, once per session."""
-    if version not in _stock:
-        _stock[version] = run_suite("stock", version=version)
-    return _stock[version]
+SUITES: PairedJobs[tuple[str, ...], SuiteResult] = PairedJobs(_run)
+"""Each harness run, once per session, two at a time."""
+
+
+def _needs(item: pytest.Item) -> list[tuple[str, ...]]:
+    params = item.callspec.params
+    if item.originalname == "test_newer_scheduler_paths_drain":
+        return [("drain", params["policy"])]
+    runs: list[tuple[str, ...]] = [("stock", params["version"])]
+    if "policy" in params:
+        runs.append(("plugin", params["version"], params["policy"]))
+    return runs
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _runs_in_pairs(request: pytest.FixtureRequest):
+    SUITES.start(run for item in selected(request) for run in _needs(item))
+    yield
+    SUITES.close()
 
 
 @pytest.mark.parametrize("version", UPSTREAM_VERSIONS)
 def test_stock_failures_are_exactly_the_excluded(version: str) -> None:
     lists = load_lists()
-    stock = stock_run(version)
+    stock = SUITES.result(("stock", version))
     assert stock.built["stock"] > 0 and stock.built["plugin"] == 0, stock.built
     failing = stock.failing()
     excluded = lists.excluded_tests(version)
@@ -138,9 +165,8 @@ def test_stock_failures_are_exactly_the_excluded(version: str) -> None:
 @pytest.mark.parametrize(("version", "policy"), RUNS)
 def test_plugin_fails_only_the_listed(version: str, policy: str) -> None:
     lists = load_lists()
-    stock = stock_run(version)
-    name, settings = CONFIGS[policy]
-    plugin = run_suite("plugin", name, fairsched_env=settings, version=version)
+    stock = SUITES.result(("stock", version))
+    plugin = SUITES.result(("plugin", version, policy))
     print(f"\nvLLM {version}: stock {stock.seconds:.0f} s {stock.counts()}; "
           f"plugin {policy} {plugin.seconds:.0f} s {plugin.counts()}")
     assert plugin.built["plugin"] > 0 and plugin.built["stock"] == 0, plugin.built
@@ -169,11 +195,7 @@ def test_newer_scheduler_paths_drain(policy: str) -> None:
     tokens, driven at random by vLLM's own mock connector (``drain_under_policy.py``):
     every request ends and the queues, reservations and KV pool drain, under stock and
     under two reordering policies."""
-    version = UPSTREAM_VERSIONS[-1]
-    if policy == "stock":
-        result = run_suite("stock", files=(DRAIN_TEST,), version=version)
-    else:
-        result = run_suite("plugin", policy, files=(DRAIN_TEST,), version=version)
-    print(f"\nvLLM {version} drain under {policy}: {result.seconds:.0f} s {result.counts()}")
+    result = SUITES.result(("drain", policy))
+    print(f"\nvLLM {UPSTREAM_VERSIONS[-1]} drain under {policy}: {result.seconds:.0f} s {result.counts()}")
     assert result.built["plugin" if policy != "stock" else "stock"] >= 6, result.built
     assert result.counts() == {"passed": 6}, result.log[-4000:]

