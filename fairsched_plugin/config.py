@@ -260,7 +260,10 @@ KEYS: tuple[_Key, ...] = (
     _Key("lprs.enabled", bool, '"auto" (on unless the policy is fcfs, the control), true or '
          "false (choose prefill chunks by predicted latency; with predictor.path's model, "
          "else the built-in one)", allow_auto=True),
-    _Key("lprs.target_ms", float, "a finite number > 0 (target batch time, ms)", _positive),
+    _Key("lprs.target_ms", float,
+         'a finite number > 0 (target batch time, ms) or "auto" (the predicted time of a '
+         "step prefilling 4096 tokens, or the token budget when smaller, and nothing else)",
+         lambda v: v == AUTO or _positive(v), allow_auto=True, see="docs/lprs.md"),
     _Key("lprs.granularity", int, "an integer >= 1 (chunk search step, tokens)",
          lambda v: v >= 1),
     _Key("lprs.underfill_penalty", float, "a finite number > 0 (score per ms under target)",

@@ -123,7 +123,10 @@ class LPRSConfig:
 
     enabled: bool | str = "auto"
     """"auto": on unless the policy is ``fcfs`` (resolved when the config is loaded)."""
-    target_ms: float = 100.0
+    target_ms: float | str = AUTO
+    """"auto": the predicted time of a step prefilling 4,096 tokens (at most the token
+    budget) and nothing else (``policies.lprs.AUTO_TARGET_TOKENS`` says why); or a fixed
+    time in ms."""
     granularity: int = 32
     underfill_penalty: float = 1.0
     overflow_penalty: float = 4.0

@@ -34,7 +34,7 @@ from fairsched_plugin.predictor.features import (  # noqa: E402
 )
 from fairsched_plugin.predictor.memory import KvCacheMemory  # noqa: E402
 from fairsched_plugin.predictor.runtime import LatencyPredictor  # noqa: E402
-from fairsched_plugin.predictor.roofline import RooflineLatencyModel  # noqa: E402
+from fairsched_plugin.predictor.roofline import RooflineLatencyModel, roofline_ms  # noqa: E402
 from fairsched_plugin.sim.hardware import accelerator, model_config  # noqa: E402
 from linear_onnx import write_linear_model  # noqa: E402
 
@@ -340,3 +340,46 @@ def test_a_long_waiting_queue_is_pulled_only_as_far_as_the_budget_reaches(linear
         # Binding, LPRS alone fragments the budget into one-token chunks: 476 requests.
         assert sum(caps.values()) == 512 and len(caps) == (52 if target > 100 else 476)
         assert len(pulled) <= len(caps) + 1, target  # what gets budget, and one to compare
+
+
+def _prefill_step_ms(predictor, tokens: int, memory) -> float:
+    stats = BatchStats()
+    stats.add_prefill(tokens, 0)
+    return float(predictor.predict(batch_row(stats, memory.read())[None, :])[0])
+
+
+def test_the_automatic_target_is_the_predicted_time_of_a_prefill_step_of_the_budget(linear):
+    memory = KvCacheMemory(lambda: (100, 1900, 2**20))
+    rule = LatencyChunkRule(LPRSConfig(enabled=True), APCConfig(enabled=False), linear, memory,
+                            BLOCK, False, token_budget=8192)
+    assert rule.auto_target
+    assert rule.params.target_ms == pytest.approx(_prefill_step_ms(linear, 4096, memory))
+    # With a 2,048-token budget the target is a full step's time: a prompt alone takes the
+    # whole budget, and decodes that would stretch that step make LPRS cut it.
+    alone, record = _step(rule, [RequestView("r0", 0.0, 6000)], budget=2048)
+    assert record["lprs_target_ms"] == pytest.approx(4.0 + 0.15 * 2048)
+    assert alone == {"r0": 2048}
+    with_decodes, _ = _step(rule, [RequestView("r0", 0.0, 6000)], budget=2048,
+                            decodes=[(100, 1)] * 64)
+    assert with_decodes == {"r0": 2048 - 64}
+
+
+def test_the_automatic_target_follows_the_built_in_models_fit(models):
+    memory = KvCacheMemory(lambda: (100, 1900, 2**20))
+    model = RooflineLatencyModel(model_config("qwen3-8b"), accelerator("h100"), "test")
+    rule = LatencyChunkRule(LPRSConfig(enabled=True), APCConfig(enabled=False), model, memory,
+                            BLOCK, False, token_budget=8192)
+    preset = rule.params.target_ms
+    assert preset == pytest.approx(_prefill_step_ms(model, 4096, memory))
+    # The engine turns out twice as slow as the preset: the fit, and the target, follow.
+    rng = random.Random(3)
+    for _ in range(200):
+        stats = BatchStats()
+        stats.add_prefill(rng.randint(1, 8192), rng.randint(0, 4000))
+        for _ in range(rng.randint(0, 64)):
+            stats.add_decode(rng.randint(1, 4000))
+        row = batch_row(stats, memory.read())
+        model.observe(row, 2.0 * float(roofline_ms(row[None, :], model.cfg, model.acc)[0]))
+    rule.begin_step([], 256, 8192)
+    assert rule.params.target_ms == pytest.approx(2.0 * preset, rel=0.02)
+    assert rule.guard.target_ms == rule.params.target_ms

@@ -379,7 +379,8 @@ def test_the_default_has_lprs_and_apc_with_the_built_in_model_and_fcfs_has_neith
     default = make_scheduler(FairSyncScheduler, config_only_model, async_scheduling=False)
     rule = default._chunk_rule
     assert isinstance(rule.predictor, RooflineLatencyModel) and rule.apc is not None
-    assert rule.params.target_ms == 100.0
+    # The automatic target: no preset for this CPU, so none until the model has seen steps.
+    assert rule.auto_target and not rule.params.target_ms > 0
     control = make_scheduler(FairSyncScheduler, config_only_model, async_scheduling=False,
                              additional_config={"fairsched": {"policy": "fcfs"}})
     assert control._chunk_rule is None

@@ -22,6 +22,7 @@ from vllm.v1.request import Request
 from ..config import FairschedConfig, load_config
 from ..policies import AgingPolicy, AutoAlpha, PrefillRateEstimator, RequestView, make_policy
 from ..policies.chunk_rule import LatencyChunkRule
+from ..policies.lprs import auto_target_tokens
 from ..policies.decode_hold import decode_cap
 from ..predictor.memory import make_memory_provider
 from ..predictor.roofline import built_in_model
@@ -206,7 +207,7 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
                         "; LPRS plans as the token budget does until its predictions agree "
                         "with the measured step times")
         return LatencyChunkRule(config.lprs, config.apc, predictor, memory, self.block_size,
-                                align)
+                                align, self.max_num_scheduled_tokens)
 
     def _policy_description(self) -> str:
         """The policy and the service settings around it, as the start-up line and the
@@ -214,7 +215,14 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
         policy = self.fairsched_policy.describe()
         rule = self._chunk_rule
         if rule is not None and rule.params is not None:
-            policy += f", LPRS (target {rule.params.target_ms:g} ms)"
+            target = rule.params.target_ms
+            if rule.auto_target:
+                now = f"{target:.0f} ms now" if target > 0 else "not predicted yet"
+                policy += (", LPRS (target: the predicted time of a "
+                           f"{auto_target_tokens(self.max_num_scheduled_tokens)}-token prefill "
+                           f"step, {now})")
+            else:
+                policy += f", LPRS (target {target:g} ms)"
         if rule is not None and rule.apc is not None:
             policy += f", APC (at most {rule.apc.max_active} prefills)"
         if self._ranked:

@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..predictor.features import FEATURE_NAMES, BatchStats, MemoryState, StepRows, batch_row
 from ..predictor.memory import MemoryProvider
-from ..settings import APCConfig, LPRSConfig
+from ..settings import AUTO, APCConfig, LPRSConfig
 from .alignment import align_chunk
 from .apc import ActivePrefillControl
 from .base import RequestView
 from .candidate_walk import CandidateWalk
-from .lprs import LPRSParams, PredictionError, candidate_chunks, select_chunk
+from .lprs import (AUTO_TARGET_TOKENS, LPRSParams, PredictionError, auto_target_tokens,
+                   candidate_chunks, select_chunk)
 from .lprs_guard import GuardParams, PredictionGuard
 
 logger = logging.getLogger("vllm.fairsched")
@@ -110,10 +112,14 @@ class LatencyChunkRule:
         memory: MemoryProvider | None,
         block_size: int,
         align: bool,
+        token_budget: int = AUTO_TARGET_TOKENS,
     ) -> None:
+        self.auto_target = lprs.target_ms == AUTO
+        """``lprs.target_ms: auto``: the target follows the model's prediction of a
+        prefill-only step (``lprs.AUTO_TARGET_TOKENS``), refreshed every step."""
         self.params = (
-            LPRSParams(lprs.target_ms, lprs.granularity, lprs.underfill_penalty,
-                       lprs.overflow_penalty)
+            LPRSParams(math.nan if self.auto_target else float(lprs.target_ms),
+                       lprs.granularity, lprs.underfill_penalty, lprs.overflow_penalty)
             if lprs.enabled else None
         )
         self.predictor = predictor
@@ -123,6 +129,8 @@ class LatencyChunkRule:
         """A monotone model's prediction of the batch grown by one chunk (the built-in
         model): when the largest chunk keeps the batch within the target, the search would
         choose it, and is skipped."""
+        self._target_model_ms: dict[int, float] = {}
+        """A fixed model's prediction of each automatic target's step (one call each)."""
         self.align = align
         self.apc = (
             ActivePrefillControl(apc.max_active_prefills, apc.min_chunk, apc.max_deferred_steps)
@@ -134,8 +142,8 @@ class LatencyChunkRule:
         self.guard = (
             PredictionGuard(GuardParams(lprs.guard_window, lprs.guard_max_error,
                                         lprs.guard_recover_error, lprs.guard_min_fill),
-                            lprs.target_ms)
-            if lprs.enabled and lprs.guard_window > 0 else None
+                            self.params.target_ms)
+            if self.params is not None and lprs.guard_window > 0 else None
         )
         self._learns = callable(getattr(predictor, "observe", None))
         """The model learns from each dispatched batch's measured time (the built-in one):
@@ -166,6 +174,36 @@ class LatencyChunkRule:
         self._candidates = 0
         self._calls = 0
         self._rows_predicted = 0
+        if self.auto_target and self.params is not None:
+            try:
+                self._retarget(token_budget)
+            except Exception as exc:  # planned as the token budget does until a step retargets
+                logger.warning("fairsched: LPRS's automatic target could not be predicted "
+                               "at start-up (%s)", exc)
+
+    def _retarget(self, token_budget: int) -> None:
+        """``lprs.target_ms: auto``: the target becomes the predicted time (with the running
+        bias) of a step prefilling ``lprs.auto_target_tokens(token_budget)`` tokens from
+        an empty batch. A learning model's prediction follows its fit; a fixed model is
+        asked once per size."""
+        assert self.params is not None and self.predictor is not None
+        tokens = auto_target_tokens(token_budget)
+        if self._predict_grown is not None:
+            model_ms = self._predict_grown(_EMPTY_BATCH, tokens, 0)
+        else:
+            model_ms = self._target_model_ms.get(tokens, math.nan)
+            if math.isnan(model_ms):
+                stats = BatchStats()
+                stats.add_prefill(tokens, 0)
+                memory = self._memory_state or (self.memory.read() if self.memory else
+                                                MemoryState(0.0, 0.0, 0.0, 0.0))
+                model_ms = float(self.predictor.predict(batch_row(stats, memory)[None, :])[0])
+                self._target_model_ms[tokens] = model_ms
+        target = model_ms + self.bias_ms
+        if target != self.params.target_ms and math.isfinite(target) and target > 0:
+            self.params = replace(self.params, target_ms=target)
+            if self.guard is not None:
+                self.guard.target_ms = target
 
     def begin_step(self, decodes: list[tuple[int, int]], max_seqs: int, token_budget: int) -> None:
         """A new step whose decodes are ``(context_len, tokens)`` pairs."""
@@ -184,6 +222,11 @@ class LatencyChunkRule:
         self._rows_predicted = 0
         if self.apc is not None:
             self.apc.begin_step(max_seqs, len(decodes), token_budget, self._committed)
+        if self.auto_target and self.params is not None:
+            try:
+                self._retarget(token_budget)
+            except Exception as exc:  # a failing predictor must not stop serving
+                self._fall_back(PredictionError(f"predictor failed: {exc}"))
 
     def choose(self, view: RequestView, bound: int, walk: CandidateWalk) -> int:
         """Steps 3-5 for one candidate: LPRS's proposal (or the bound), aligned, then
@@ -233,6 +276,7 @@ class LatencyChunkRule:
         """LPRS's chunk, or the token-budget rule's ``bound`` when LPRS is off, failed in
         this step or its guard has fallen back."""
         if (self.params is None or self._fell_back or bound < 1
+                or not self.params.target_ms > 0.0  # an automatic target not predicted yet
                 or (self.guard is not None and self.guard.fallen_back)
                 or not getattr(self.predictor, "ready", True)):
             return bound
@@ -463,6 +507,8 @@ MAX_ROWS_PER_CALL = 512
 (about 0.3 us a row on this project's CPU)."""
 
 _NO_ROWS = candidate_chunks(0, 1)
+_EMPTY_BATCH = BatchStats()
+"""The batch an automatic target's step grows from (read, never changed)."""
 
 
 class _Speculation:

@@ -32,6 +32,24 @@ class LPRSParams:
     overflow_penalty: float
 
 
+AUTO_TARGET_TOKENS = 4096
+"""``lprs.target_ms: auto``: the target is the predicted time of a step that prefills this
+many tokens and nothing else (the token budget's worth, when the budget is smaller).
+
+Why a step's worth of tokens rather than a fixed time: what a step of prefill costs differs
+by 3x between an H100 and an A100 or a 910B. A fixed 100 ms, the time of about 4,096
+tokens of an 8B model on an H100, cuts an A100's or a 910B's 2,048-token steps (about
+150 ms) whenever decodes are running, so bursts drain a third slower and the TTFT tail
+grows. With this rule LPRS cuts vLLM's 8,192-token H100/H200 steps back to about 4,096
+tokens' time, where they would stall every decode, and on a device whose budget is 2,048
+only the steps that decodes would stretch beyond a full-budget prefill."""
+
+
+def auto_target_tokens(token_budget: int) -> int:
+    """The prefill-only step whose predicted time is the automatic target."""
+    return max(1, min(token_budget, AUTO_TARGET_TOKENS))
+
+
 class ChunkChoice(NamedTuple):
     """A named tuple rather than a frozen dataclass: one is built per scored candidate
     every step, and a frozen dataclass costs several times as much to construct."""
