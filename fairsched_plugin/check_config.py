@@ -31,6 +31,7 @@ from .adapter.ascend import check_ascend_scheduler_settings
 from .adapter.compat import TESTED_VLLM, UnsupportedVllmError, check_vllm_version
 from .config import (
     ADDITIONAL_CONFIG_KEY,
+    AUTO,
     CONFIG_ENV,
     KEYS,
     STRICT_VLLM_ENV,
@@ -43,6 +44,7 @@ from .config import (
     misplaced_message,
     resolve_auto_switches,
 )
+from .policies.lprs import AUTO_TARGET_TOKENS
 from .policies.registry import make_policy
 from .predictor.environment import vllm_version
 from .predictor.profiling import ProfileError, check_resumable
@@ -165,6 +167,10 @@ def check(additional_config: Mapping[str, Any] | None, environ: Mapping[str, str
         notes.append(_predictor_note(predictor, memory, config))
     elif config.lprs.enabled:
         notes.append(_built_in_note(config))
+    if config.lprs.enabled and config.lprs.target_ms == AUTO:
+        notes.append(f"lprs.target_ms auto: LPRS aims at the predicted time of a step "
+                     f"prefilling {AUTO_TARGET_TOKENS} tokens (the token budget when smaller) "
+                     "and nothing else; the start-up line gives it in ms")
     if config.profile.path and check_resumable(Path(config.profile.path), memory):
         notes.append(f"profile.path {config.profile.path}: start-up appends to the "
                      "profile there")

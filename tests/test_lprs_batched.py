@@ -43,6 +43,15 @@ CPU_MODEL = (Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 BLOCK = 16
 
 
+def _first_end(computed, least, remaining, bound, otherwise):
+    """The smallest chunk of at least ``least`` tokens, at most ``bound``, that ends on a
+    block or the prompt; else the largest that ends on a block; else ``otherwise``."""
+    ends = [c for c in range(1, min(bound, remaining) + 1)
+            if (computed + c) % BLOCK == 0 or c == remaining]
+    above = [c for c in ends if c >= least]
+    return above[0] if above else (ends[-1] if ends else otherwise)
+
+
 class SequentialReference:
     """Algorithm 1 with one predictor call per candidate, then alignment and APC: the
     procedure the batched rule must reproduce exactly."""
@@ -51,6 +60,18 @@ class SequentialReference:
         self.lprs, self.predictor, self.memory, self.align = lprs, predictor, memory, align
         self.apc = (ActivePrefillControl(apc.max_active_prefills, apc.min_chunk,
                                          apc.max_deferred_steps) if apc.enabled else None)
+        if self.apc is not None:  # its warm-start and forced chunks, aligned as below
+            decide = self.apc._decide
+
+            def aligned_decide(request_id, proposed, bound, remaining, active, started,
+                               computed):
+                chunk, outcome = decide(request_id, proposed, bound, remaining, active,
+                                        started, 0)
+                if align and outcome.value in ("warm_start", "forced"):
+                    chunk = _first_end(computed, chunk, remaining, bound, chunk)
+                return chunk, outcome
+
+            self.apc._decide = aligned_decide
         self.bias_ms = 0.0
         self.fallbacks = 0
         self.calls = 0
@@ -74,10 +95,13 @@ class SequentialReference:
             proposed = self._algorithm_1(view, bound)
         if self.align:
             aligned = align_chunk(view.computed_tokens, proposed, remaining, BLOCK)
-            proposed = aligned if aligned > 0 or self.committed > 0 else proposed
+            if aligned == 0 and self.committed == 0 and proposed > 0:  # an empty batch
+                aligned = _first_end(view.computed_tokens, 1, remaining, bound, proposed)
+            proposed = aligned
         chunk = proposed
         if self.apc is not None:
-            chunk = self.apc.choose(view.request_id, proposed, bound, remaining)
+            chunk = self.apc.choose(view.request_id, proposed, bound, remaining,
+                                    view.computed_tokens)
         if chunk > 0:
             self.batch.add_prefill(chunk, view.computed_tokens)
             self.committed += chunk

@@ -11,3 +11,16 @@ def align_chunk(computed: int, chunk: int, remaining: int, block_size: int) -> i
         return chunk
     end = computed + chunk
     return max(end - end % block_size - computed, 0)
+
+
+def align_up(computed: int, chunk: int, remaining: int, bound: int, block_size: int) -> int:
+    """A chunk that must be taken (an empty batch's only prefill, APC's warm start or forced
+    progress), grown to the next block boundary or the prompt's end when ``bound`` reaches
+    it, else shortened to the last boundary within it; as it is when neither exists."""
+    if chunk >= remaining or block_size <= 1:
+        return chunk
+    end = computed + chunk
+    up = min(-(-end // block_size) * block_size - computed, remaining)
+    if up <= bound:
+        return up
+    return align_chunk(computed, chunk, remaining, block_size) or chunk

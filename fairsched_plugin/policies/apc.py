@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from .alignment import align_up
+
 
 class Outcome(str, Enum):
     ACCEPTED = "accepted"
@@ -73,6 +75,8 @@ class ActivePrefillControl:
     started: bool = False
     deferred: dict[str, int] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=lambda: dict(_NO_COUNTS))
+    block_size: int = 1
+    """The KV block size chunk ends align to (``lprs.align``); 1: no alignment."""
 
     def begin_step(self, max_seqs: int, num_decodes: int, token_budget: int,
                    committed: int) -> None:
@@ -95,16 +99,19 @@ class ActivePrefillControl:
         )
 
     def would_choose(self, request_id: str, proposed: int, bound: int, remaining: int,
-                     active: int, started: bool) -> int:
+                     active: int, started: bool, computed: int = 0) -> int:
         """The chunk :meth:`choose` would give with ``active`` unfinished prefills in the
         batch (and any prefill at all: ``started``), recording nothing: what a caller
         looking ahead assumes."""
-        return self._decide(request_id, proposed, bound, remaining, active, started)[0]
+        return self._decide(request_id, proposed, bound, remaining, active, started,
+                            computed)[0]
 
-    def choose(self, request_id: str, proposed: int, bound: int, remaining: int) -> int:
-        """The chunk this prefill gets (0: held back this step)."""
+    def choose(self, request_id: str, proposed: int, bound: int, remaining: int,
+               computed: int = 0) -> int:
+        """The chunk this prefill gets (0: held back this step); ``computed`` is how much
+        of its prompt is already computed (where a chunk APC sets ends on a block)."""
         chunk, outcome = self._decide(request_id, proposed, bound, remaining, self.active,
-                                      self.started)
+                                      self.started, computed)
         self.counts[outcome.value] += 1
         if chunk > 0:
             self.active += chunk < remaining
@@ -115,14 +122,17 @@ class ActivePrefillControl:
         return chunk
 
     def _decide(self, request_id: str, proposed: int, bound: int, remaining: int,
-                active: int, started: bool) -> tuple[int, Outcome]:
+                active: int, started: bool, computed: int) -> tuple[int, Outcome]:
         """Eq. 14 with the deferral bound, for a batch with ``active`` unfinished
-        prefills."""
+        prefills. A chunk APC sets itself (warm start, forced progress) ends on a KV block
+        boundary when alignment is on and the bound reaches one."""
         chunk, outcome = decide(proposed, bound, remaining, active, self.cap, self.min_chunk,
                                 started)
         if chunk == 0 and bound >= 1 and self.deferred.get(request_id, 0) >= self.max_deferred_steps:
             chunk = max(proposed, min(bound, min_progress(remaining, self.min_chunk)))
             outcome = Outcome.FORCED
+        if outcome in (Outcome.WARM_START, Outcome.FORCED):
+            chunk = align_up(computed, chunk, remaining, bound, self.block_size)
         return chunk, outcome
 
     def forget(self, request_id: str) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 from ..predictor.features import FEATURE_NAMES, BatchStats, MemoryState, StepRows, batch_row
 from ..predictor.memory import MemoryProvider
 from ..settings import AUTO, APCConfig, LPRSConfig
-from .alignment import align_chunk
+from .alignment import align_chunk, align_up
 from .apc import ActivePrefillControl
 from .base import RequestView
 from .candidate_walk import CandidateWalk
@@ -133,7 +133,8 @@ class LatencyChunkRule:
         """A fixed model's prediction of each automatic target's step (one call each)."""
         self.align = align
         self.apc = (
-            ActivePrefillControl(apc.max_active_prefills, apc.min_chunk, apc.max_deferred_steps)
+            ActivePrefillControl(apc.max_active_prefills, apc.min_chunk, apc.max_deferred_steps,
+                                 block_size=block_size if align else 1)
             if apc.enabled else None
         )
         self.fallbacks = 0
@@ -245,11 +246,12 @@ class LatencyChunkRule:
             proposed = self._propose(view, bound, walk)
         # 4. Alignment.
         if self.align:
-            proposed = self._aligned(view.prefill_start, proposed, remaining, self._committed)
+            proposed = self._aligned(view.prefill_start, proposed, remaining, self._committed,
+                                     bound)
         # 5. APC, Eq. 14.
         chunk = proposed
         if apc is not None:
-            chunk = apc.choose(request_id, proposed, bound, remaining)
+            chunk = apc.choose(request_id, proposed, bound, remaining, view.prefill_start)
         if chunk > 0:
             self._batch.add_prefill(chunk, view.prefill_start)
             self._committed += chunk
@@ -267,10 +269,13 @@ class LatencyChunkRule:
                 self._speculation = None
         return chunk
 
-    def _aligned(self, computed: int, proposed: int, remaining: int, committed: int) -> int:
+    def _aligned(self, computed: int, proposed: int, remaining: int, committed: int,
+                 bound: int) -> int:
         aligned = align_chunk(computed, proposed, remaining, self.block_size)
-        # An empty batch still makes progress when no block boundary is in reach.
-        return aligned if aligned > 0 or committed > 0 else proposed
+        if aligned > 0 or committed > 0 or proposed < 1:
+            return aligned
+        # An empty batch still makes progress.
+        return align_up(computed, proposed, remaining, bound, self.block_size)
 
     def _propose(self, view: RequestView, bound: int, walk: CandidateWalk) -> int:
         """LPRS's chunk, or the token-budget rule's ``bound`` when LPRS is off, failed in
@@ -345,10 +350,12 @@ class LatencyChunkRule:
                 state[2] = rows + len(chunks)
                 proposed = 1 if small else min(cut_to.get(request_id, bound), bound)
             if align:
-                proposed = self._aligned(view.prefill_start, proposed, remaining, committed)
+                proposed = self._aligned(view.prefill_start, proposed, remaining, committed,
+                                         bound)
             chunk = proposed
             if apc is not None:
-                chunk = apc.would_choose(request_id, proposed, bound, remaining, active, started)
+                chunk = apc.would_choose(request_id, proposed, bound, remaining, active,
+                                         started, view.prefill_start)
             if chunk > 0:
                 state[0] = committed + chunk
                 state[1] = active + (chunk < remaining)
