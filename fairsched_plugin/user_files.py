@@ -11,6 +11,8 @@ an error the tools already report as ``error: ...``, raised before the parse or 
 from __future__ import annotations
 
 import codecs
+import gzip
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,11 +25,13 @@ class UserFileError(ValueError):
 
 
 def read_text(path: str | Path,
-              error: Callable[[str], Exception] = UserFileError) -> str:
+              error: Callable[[str], Exception] = UserFileError,
+              gzipped: bool = False) -> str:
     """The whole of ``path`` as text (UTF-8, a leading byte-order mark dropped, as a
-    spreadsheet's CSV export writes one). A missing file, a directory, an unreadable file
-    or one that is not text raises ``error(message)``, the message ``PATH: ...``: the
-    reader's own error type, so what its callers catch covers it."""
+    spreadsheet's CSV export writes one); with ``gzipped``, a gzip-compressed file is
+    decompressed first. A missing file, a directory, an unreadable file or one that is not
+    text raises ``error(message)``, the message ``PATH: ...``: the reader's own error type,
+    so what its callers catch covers it."""
     path = Path(path)
     if path.is_dir():
         raise error(f"{path}: is a directory, not a file")
@@ -37,6 +41,11 @@ def read_text(path: str | Path,
         raise error(f"{path}: no such file") from None
     except OSError as exc:
         raise error(f"{path}: unreadable: {exc.strerror or exc}") from None
+    if data.startswith(GZIP_MAGIC) and gzipped:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise error(f"{path}: a damaged gzip file ({exc})") from None
     if data.startswith(GZIP_MAGIC):
         raise error(f"{path}: not a text file (gzip-compressed: decompress it first)")
     # NUL is valid UTF-8 but no text file holds one (a UTF-16 file is full of them).

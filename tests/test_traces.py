@@ -113,3 +113,62 @@ def test_bench_replays_a_trace_with_exact_prompts(tiny_model: Path) -> None:
         assert [len(tokenizer.encode(r.prompt).ids) for r in case] == [
             r.prompt_tokens for r in case]
     assert cases["azure-conv@2rps"][-1].arrival_s == pytest.approx(2.5)
+
+
+def test_the_mooncake_trace_is_packaged_with_its_blocks_and_attribution() -> None:
+    rows = traces.read_trace("mooncake-conv")
+    assert len(rows) == 12_031
+    assert all(len(r.blocks) == -(-r.prompt_tokens // 512) and r.block_tokens == 512
+               for r in rows)
+    assert rows[-1].arrival_s == pytest.approx(3536.999)  # recorded in ms
+    readme = (traces.resolve("mooncake-conv").parent / "README.md").read_text()
+    assert "Apache-2.0" in readme and "FAST 2025" in readme
+    assert (traces.resolve("mooncake-conv").parent / "LICENSE-mooncake-apache-2.0").is_file()
+
+
+def _jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_an_own_jsonl_log_names_blocks_or_sessions(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "log.jsonl", [
+        {"arrival_s": 1.0, "prompt_tokens": 600, "output_tokens": 50, "block_hashes": ["s", 7]},
+        {"arrival_s": 1.5, "prompt_tokens": 300, "output_tokens": 40, "session": "u1",
+         "turn": 1},
+        {"arrival_s": 9.0, "prompt_tokens": 700, "output_tokens": 10, "session": "u1",
+         "turn": 2},
+    ])
+    case = traces.load_trace_case(path)
+    assert case[0].blocks == ("s", "7") and case[0].block_tokens == 512
+    # A turn names its prompt's and its answer's blocks; the next turn repeats them.
+    assert case[1].blocks == ("u1/0",) and case[2].blocks == ("u1/0", "u1/1")
+    assert [r.arrival_s for r in case] == [0.0, 0.5, 8.0]
+    line = case[2].to_json()
+    assert type(case[2]).from_json(line) == case[2]
+
+
+@pytest.mark.parametrize("records, where", [
+    ([{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2],
+       "user": 3}], ":1: unknown field(s) 'user'"),
+    ([{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1]}],
+     ":1: field 'hash_ids' has 1 hashes for a prompt of 600 tokens"),
+    ([{"timestamp": 5, "input_length": 10, "output_length": 5, "hash_ids": [1]},
+      {"timestamp": 4, "input_length": 10, "output_length": 5, "hash_ids": [2]}],
+     ":2: field 'timestamp' 4 is before"),
+    ([{"timestamp": 0, "input_length": 10, "output_length": 0, "hash_ids": [1]}],
+     ":1: field 'output_length' must be an integer >= 1"),
+    ([{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5, "session": "a", "turn": 2}],
+     ":1: session 'a' turn 2 follows turn 0"),
+    ([{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5, "session": "a", "turn": 1},
+      {"arrival_s": 1, "prompt_tokens": 12, "output_tokens": 5, "session": "a", "turn": 2}],
+     ":2: session 'a' turn 2 has a prompt of 12 tokens, shorter than"),
+    ([{"arrival_s": 0, "prompt_tokens": 10}], ":1: missing field(s) 'output_tokens'"),
+    ([{"when": 0}], ":1: fields when are not a trace's"),
+])
+def test_a_bad_jsonl_trace_names_the_line_and_field(tmp_path: Path, records: list[dict],
+                                                    where: str) -> None:
+    path = _jsonl(tmp_path / "bad.jsonl", records)
+    with pytest.raises(TraceFormatError, match=str(path) + where.replace("(", r"\(").replace(
+            ")", r"\)")):
+        traces.read_trace(path)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -48,7 +49,8 @@ LAYOUTS: tuple[tuple[str, str, str], ...] = (
 )
 """Accepted column layouts: arrival (s), prompt tokens, output tokens."""
 
-PACKAGED = {"azure-conv": "azure_conv_2023.csv", "azure-code": "azure_code_2023.csv"}
+PACKAGED = {"azure-conv": "azure_conv_2023.csv", "azure-code": "azure_code_2023.csv",
+            "mooncake-conv": "mooncake_conversation_2025.jsonl.gz"}
 """Traces shipped in ``fairsched_plugin/data``, by the name ``--trace`` accepts."""
 
 
@@ -58,12 +60,32 @@ class TraceFormatError(CaseFormatError):
 
 @dataclass(frozen=True)
 class TraceRow:
-    """One recorded request: its row in the file (from 0), arrival and token counts."""
+    """One recorded request: its row in the file (from 0), arrival and token counts, and,
+    where the trace records them, the names of its blocks: two requests share a cached
+    prefix for as many leading blocks as their names agree (``block_tokens`` tokens each, the last one partial)."""
 
     row: int
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
+    blocks: tuple[str, ...] = ()
+    block_tokens: int = 0
+
+
+BLOCK_TOKENS = 512
+"""Tokens per named block of a JSONL trace by default (Mooncake's hash_ids name 512-token
+blocks; ``--trace-block-tokens``)."""
+
+JSONL_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "Mooncake's": (("timestamp", "input_length", "output_length", "hash_ids"), ()),
+    "an own log's": (("arrival_s", "prompt_tokens", "output_tokens"),
+                     ("block_hashes", "session", "turn")),
+}
+"""A JSONL trace's layouts: required and optional fields. Mooncake's ``timestamp`` is in
+ms, an own log's ``arrival_s`` in s; ``hash_ids``/``block_hashes`` name the prompt's
+blocks, one per started block; ``session`` and ``turn`` (from 1)
+name a conversation's turns instead, whose prompts then repeat the previous turn's prompt
+and answer."""
 
 
 def resolve(trace: str | Path) -> Path:
@@ -78,10 +100,13 @@ def resolve(trace: str | Path) -> Path:
     return path
 
 
-def read_trace(trace: str | Path) -> list[TraceRow]:
-    """Every row of a trace, validated: the error names the line (the header is line 1)
-    and the column of the first bad value."""
+def read_trace(trace: str | Path, block_tokens: int = BLOCK_TOKENS) -> list[TraceRow]:
+    """Every row of a trace (CSV, or JSON Lines for a ``.jsonl`` file), validated: the
+    error names the line (a CSV's header is line 1) and the column or field of the first
+    bad value."""
     path = resolve(trace)
+    if path.name.endswith((".jsonl", ".jsonl.gz")):
+        return _read_jsonl(path, block_tokens)
     reader = csv.DictReader(io.StringIO(read_text(path, TraceFormatError), newline=""))
     try:
         header = reader.fieldnames or []
@@ -111,6 +136,102 @@ def read_trace(trace: str | Path) -> list[TraceRow]:
     return rows
 
 
+def _read_jsonl(path: Path, block_tokens: int) -> list[TraceRow]:
+    """A JSON Lines trace in one of the :data:`JSONL_FIELDS` layouts."""
+    rows: list[TraceRow] = []
+    last = -math.inf
+    sessions: dict[str, tuple[int, int]] = {}  # session -> (last turn, its prompt + answer)
+    layout = None
+    text_of_file = read_text(path, TraceFormatError, gzipped=True)
+    for line, text in enumerate(io.StringIO(text_of_file), start=1):
+        if not text.strip():
+            continue
+        where = f"{path}:{line}"
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(f"{where}: not valid JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise TraceFormatError(f"{where}: a request must be a JSON object")
+        if layout is None:
+            layout = next((name for name, (required, _) in JSONL_FIELDS.items()
+                           if required[0] in record), None)
+            if layout is None:
+                wanted = " or ".join(f"{name} {', '.join(required)}"
+                                     for name, (required, _) in JSONL_FIELDS.items())
+                raise TraceFormatError(f"{where}: fields {', '.join(record) or '(none)'} are "
+                                       f"not a trace's: expected {wanted}")
+        required, optional = JSONL_FIELDS[layout]
+        missing = [key for key in required if key not in record]
+        unknown = sorted(set(record) - set(required) - set(optional))
+        if missing or unknown:
+            raise TraceFormatError(
+                f"{where}: " + "; ".join(
+                    ([f"missing field(s) {', '.join(map(repr, missing))}"] if missing else [])
+                    + ([f"unknown field(s) {', '.join(map(repr, unknown))}"] if unknown else []))
+                + f" ({layout} layout: {', '.join(required + optional)})")
+        arrival_key, prompt_key, output_key = required[:3]
+        arrival = _number({arrival_key: str(record[arrival_key])}, arrival_key, path, line,
+                          integer=False) / (1000.0 if layout == "Mooncake's" else 1.0)
+        prompt = int(_number({prompt_key: str(record[prompt_key])}, prompt_key, path, line,
+                             integer=True))
+        output = int(_number({output_key: str(record[output_key])}, output_key, path, line,
+                             integer=True))
+        if arrival < last:
+            raise TraceFormatError(f"{where}: field {arrival_key!r} {record[arrival_key]} is "
+                                   "before the previous request's; sort the trace by arrival")
+        last = arrival
+        blocks = _blocks(record, prompt, output, block_tokens, sessions, where)
+        rows.append(TraceRow(len(rows), arrival, prompt, output, blocks,
+                             block_tokens if blocks else 0))
+    if not rows:
+        raise TraceFormatError(f"{path}: no requests")
+    return rows
+
+
+def _blocks(record: dict[str, object], prompt: int, output: int, block_tokens: int,
+            sessions: dict[str, tuple[int, int]], where: str) -> tuple[str, ...]:
+    """The names of a JSONL request's blocks: its recorded hashes, or for a session's turn
+    the session's own blocks, over its prompt and answer (the next turn repeats both)."""
+    hashes_key = "hash_ids" if "hash_ids" in record else "block_hashes"
+    if hashes_key in record:
+        if "session" in record:
+            raise TraceFormatError(f"{where}: give {hashes_key!r} or 'session', not both")
+        hashes = record[hashes_key]
+        needed = -(-prompt // block_tokens)
+        if not (isinstance(hashes, list) and all(
+                isinstance(h, (int, str)) and not isinstance(h, bool) for h in hashes)):
+            raise TraceFormatError(f"{where}: field {hashes_key!r} must be a list of integers "
+                                   "or strings")
+        if len(hashes) != needed:
+            raise TraceFormatError(
+                f"{where}: field {hashes_key!r} has {len(hashes)} hashes for a prompt of "
+                f"{prompt} tokens: one per started block of {block_tokens} tokens, {needed}")
+        return tuple(str(h) for h in hashes)
+    if "session" not in record:
+        if "turn" in record:
+            raise TraceFormatError(f"{where}: field 'turn' needs 'session'")
+        return ()
+    session, turn = record["session"], record.get("turn")
+    if not (isinstance(session, (str, int)) and not isinstance(session, bool) and str(session)):
+        raise TraceFormatError(f"{where}: field 'session' must be a non-empty string or an "
+                               f"integer, got {session!r}")
+    if not (isinstance(turn, int) and not isinstance(turn, bool) and turn >= 1):
+        raise TraceFormatError(f"{where}: field 'turn' must be an integer >= 1 beside "
+                               f"'session', got {turn!r}")
+    name = str(session)
+    previous_turn, previous_tokens = sessions.get(name, (0, 0))
+    if turn != previous_turn + 1:
+        raise TraceFormatError(f"{where}: session {name!r} turn {turn} follows turn "
+                               f"{previous_turn}: turns are numbered 1, 2, ... in arrival order")
+    if prompt < previous_tokens:
+        raise TraceFormatError(
+            f"{where}: session {name!r} turn {turn} has a prompt of {prompt} tokens, shorter "
+            f"than the previous turn's prompt and answer ({previous_tokens}), which it repeats")
+    sessions[name] = (turn, prompt + output)
+    return tuple(f"{name}/{j}" for j in range(-(-(prompt + output) // block_tokens)))
+
+
 def _number(record: dict[str, str | None], column: str, path: Path, line: int, *,
             integer: bool) -> float:
     text = (record.get(column) or "").strip()
@@ -120,8 +241,8 @@ def _number(record: dict[str, str | None], column: str, path: Path, line: int, *
         value = math.nan
     if not math.isfinite(value) or value < 0 or (integer and (value < 1 or value != int(value))):
         expected = "an integer >= 1" if integer else "a finite number >= 0"
-        raise TraceFormatError(f"{path}:{line}: column {column!r} must be {expected}, "
-                               f"got {text!r}")
+        raise TraceFormatError(f"{path}:{line}: {'column' if path.suffix == '.csv' else 'field'} "
+                               f"{column!r} must be {expected}, got {text!r}")
     return value
 
 
@@ -149,7 +270,8 @@ def trace_case(rows: Sequence[TraceRow], name: str, rate: float | None = None
     case = [WorkloadRequest(id=f"{name}-{row.row}", arrival_s=row.arrival_s - first,
                             prompt="", prompt_tokens=row.prompt_tokens,
                             output_tokens=row.output_tokens, tier=0,
-                            request_class=request_class(row.prompt_tokens), category=name)
+                            request_class=request_class(row.prompt_tokens), category=name,
+                            blocks=row.blocks, block_tokens=row.block_tokens)
             for row in rows]
     if rate is None or case[-1].arrival_s <= 0:
         return case

@@ -110,6 +110,8 @@ CASE_KEYS = (
     "class",
     "category",
 )
+OPTIONAL_CASE_KEYS = ("blocks", "block_tokens")
+"""Written only where a request has them (a trace that names its blocks)."""
 
 
 class CaseFormatError(ValueError):
@@ -118,7 +120,12 @@ class CaseFormatError(ValueError):
 
 @dataclass(frozen=True)
 class WorkloadRequest:
-    """One request of a case. ``request_class`` is the JSON key ``class``."""
+    """One request of a case. ``request_class`` is the JSON key ``class``.
+
+    ``blocks``: where the workload knows which prompts share a prefix, the names of this
+    request's blocks of ``block_tokens`` tokens (the last one partial), over its prompt
+    and, for a conversation's turn, its answer (the next turn repeats both): equal names
+    are equal tokens, so the simulator's prefix cache hits where a real one would."""
 
     id: str
     arrival_s: float
@@ -128,12 +135,15 @@ class WorkloadRequest:
     tier: int
     request_class: str
     category: str
+    blocks: tuple[str, ...] = ()
+    block_tokens: int = 0
 
     def to_json(self) -> str:
         """One JSON Lines line (without the newline), keys in ``CASE_KEYS`` order."""
         record = asdict(self)
         record["class"] = record.pop("request_class")
-        return json.dumps({key: record[key] for key in CASE_KEYS}, ensure_ascii=False)
+        keys = CASE_KEYS + (OPTIONAL_CASE_KEYS if self.blocks else ())
+        return json.dumps({key: record[key] for key in keys}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str) -> WorkloadRequest:
@@ -147,7 +157,7 @@ class WorkloadRequest:
         missing = [key for key in CASE_KEYS if key not in record]
         if missing:
             raise CaseFormatError(f"missing key(s) {', '.join(map(repr, missing))}")
-        unknown = sorted(set(record) - set(CASE_KEYS))
+        unknown = sorted(set(record) - set(CASE_KEYS) - set(OPTIONAL_CASE_KEYS))
         if unknown:
             raise CaseFormatError(f"unknown key(s) {', '.join(map(repr, unknown))}")
         _check_case_values(record)
@@ -160,6 +170,8 @@ class WorkloadRequest:
             tier=record["tier"],
             request_class=record["class"],
             category=record["category"],
+            blocks=tuple(record.get("blocks", ())),
+            block_tokens=record.get("block_tokens", 0),
         )
 
 
@@ -183,6 +195,14 @@ def _check_case_values(record: dict[str, Any]) -> None:
             raise bad(key, "an integer >= 1")
     if not is_int(record["tier"]):
         raise bad("tier", "an integer")
+    blocks, size = record.get("blocks", []), record.get("block_tokens", 0)
+    if ("blocks" in record) != ("block_tokens" in record):
+        raise CaseFormatError("keys 'blocks' and 'block_tokens' come together")
+    if not (isinstance(blocks, list) and all(isinstance(b, str) for b in blocks)):
+        raise bad("blocks", "a list of strings")
+    if "blocks" in record and not (is_int(size) and size >= 1
+                                   and len(blocks) * size >= record["prompt_tokens"]):
+        raise bad("block_tokens", "an integer >= 1 whose blocks cover the prompt")
     if record["class"] != request_class(record["prompt_tokens"]):
         raise bad("class", f"{request_class(record['prompt_tokens'])!r} for "
                            f"{record['prompt_tokens']} prompt tokens")

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
@@ -57,20 +59,59 @@ def engine_request_id(case_id: str) -> str:
     return f"cmpl-{case_id}-0"
 
 
-def prompt_token_ids(case: WorkloadRequest, vocab: int = 997) -> list[int]:
-    """Deterministic stand-in token ids (only their count matters without prefix caching;
-    distinct per request so a prefix cache finds no false sharing)."""
-    seed = zlib.crc32(case.id.encode())
-    return [(seed + 7919 * i) % vocab + 2 for i in range(case.prompt_tokens)]
+VOCAB = 997
+"""Stand-in token ids are 2..VOCAB+1."""
 
 
-def make_request(case: WorkloadRequest) -> Request:
+def _ids(name: str, start: int, count: int) -> list[int]:
+    seed = zlib.crc32(name.encode())
+    return [(seed + 7919 * i) % VOCAB + 2 for i in range(start, start + count)]
+
+
+def token_ids(case: WorkloadRequest, start: int, count: int) -> list[int]:
+    """Deterministic stand-in ids of the case's tokens ``start`` to ``start + count`` (its
+    prompt, then its answer): those of its named blocks where it has them (equal names,
+    equal tokens: the prefix cache hits on them as on real shared prefixes), else derived
+    from its id (distinct per request, so a prefix cache finds no false sharing)."""
+    size, blocks = case.block_tokens, case.blocks
+    if not blocks:
+        return _ids(case.id, start, count)
+    ids: list[int] = []
+    position, end = start, start + count
+    while position < end:
+        block, offset = divmod(position, size)
+        take = min(size - offset, end - position)
+        ids += (_ids(blocks[block], offset, take) if block < len(blocks)
+                else _ids(case.id, position, take))
+        position += take
+    return ids
+
+
+def prompt_token_ids(case: WorkloadRequest) -> list[int]:
+    """The stand-in ids of the case's prompt (:func:`token_ids`)."""
+    return token_ids(case, 0, case.prompt_tokens)
+
+
+_hash_ready = False
+
+
+def make_request(case: WorkloadRequest, block_size: int | None = None) -> Request:
+    """The engine request of ``case``; with ``block_size`` (prefix caching on), its
+    blocks are hashed as vLLM's engine hashes them, so its cache hits them."""
+    global _hash_ready
+    hasher = None
+    if block_size is not None:
+        if not _hash_ready:
+            init_none_hash(sha256)
+            _hash_ready = True
+        hasher = get_request_block_hasher(block_size, sha256)
     return Request(
         request_id=engine_request_id(case.id),
         prompt_token_ids=prompt_token_ids(case),
         sampling_params=SamplingParams(max_tokens=case.output_tokens, ignore_eos=True),
         pooling_params=None,
         arrival_time=case.arrival_s,
+        block_hasher=hasher,
     )
 
 
@@ -114,6 +155,7 @@ def _result_row(case: WorkloadRequest) -> dict[str, Any]:
             "prompt_tokens": case.prompt_tokens, "target_output_tokens": case.output_tokens,
             "arrival_s": case.arrival_s, "sent_s": case.arrival_s, "first_scheduled_s": None,
             "first_token_s": None, "finish_s": None, "output_tokens": 0, "error": None,
+            "cached_tokens": None,
             "class": case.request_class}
 
 
@@ -167,6 +209,10 @@ def simulate(
     upcoming = next(cases, None)
     last_arrival = -1.0
     in_flight: _Batch | None = None
+    cache_blocks = settings.block_size if settings.enable_prefix_caching else None
+    answers: dict[str, WorkloadRequest] = {}
+    """Requests whose named blocks cover their answer: they sample those tokens, so a
+    conversation's next turn finds the answer cached too."""
     cpu_start = _cpu()
 
     def complete(batch: _Batch) -> None:
@@ -191,7 +237,9 @@ def simulate(
                     # What the server answers (HTTP 400): counted as failed, never scheduled.
                     row["error"] = TOO_LONG
                 else:
-                    scheduler.add_request(make_request(upcoming))
+                    scheduler.add_request(make_request(upcoming, cache_blocks))
+                    if upcoming.blocks:
+                        answers[engine_request_id(upcoming.id)] = upcoming
                 upcoming = next(cases, None)
             if upcoming is None and stop_at_last_arrival and clock.now >= last_arrival:
                 break
@@ -229,13 +277,15 @@ def simulate(
             timing.steps += 1
             # The batch runs once the device is free: now, or when the batch in flight ends.
             start = clock.now if in_flight is None else in_flight.finish_s
-            sampled = {req_id: ([] if scheduler.requests[req_id].is_prefill_chunk else [1])
+            sampled = {req_id: _sampled(scheduler.requests[req_id], answers.get(req_id))
                        for req_id in output.num_scheduled_tokens}
             dispatched = _Batch(output, sampled, start + duration)
-            for req_id in output.num_scheduled_tokens:
+            for req_id, n in output.num_scheduled_tokens.items():
                 row = rows[req_id]
                 if row["first_scheduled_s"] is None:
                     row["first_scheduled_s"] = start
+                    # What the prefix cache held of the prompt when it was admitted.
+                    row["cached_tokens"] = scheduler.requests[req_id].num_computed_tokens - n
             if in_flight is not None:
                 complete(in_flight)
             if settings.async_scheduling:
@@ -260,6 +310,16 @@ def simulate(
     if category is not None:
         run["category"] = category
     return SimRun(run, timing, clock.now)
+
+
+def _sampled(request: Request, case: WorkloadRequest | None) -> list[int]:
+    """The token a request samples in a step (none for a prefill chunk): the next of its
+    answer's named tokens where it has them (``answers``), else 1."""
+    if request.is_prefill_chunk:
+        return []
+    if case is None:
+        return [1]
+    return token_ids(case, request.num_computed_tokens, 1)
 
 
 def _record(engine_outputs: Any, rows: dict[str, dict[str, Any]], now: float) -> None:

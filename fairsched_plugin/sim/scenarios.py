@@ -11,6 +11,13 @@ the arrivals to each load (``bench.traces.at_rate``).
 - ``long-context``: ``azure-conv`` with one request in ``LONG_EVERY`` given a prompt of
   32k-128k tokens (log-uniform, seeded; its output as recorded), as agentic and RAG
   traffic mixes long documents into chat. ``max_model_len`` 131072.
+- ``mooncake-conv``: Moonshot AI's Kimi conversation trace (packaged; Apache-2.0,
+  Mooncake, FAST 2025): consecutive requests from its start with their recorded lengths,
+  arrivals and shared 512-token blocks, replayed open-loop with vLLM's prefix cache on
+  (prompts of 12k tokens on average, up to 126k). ``max_model_len`` 131072.
+
+Every scenario but ``mooncake-conv`` runs with the prefix cache off: its trace records no
+sharing between prompts, so a cache would find nothing.
 """
 
 from __future__ import annotations
@@ -39,10 +46,17 @@ class Scenario:
     max_model_len: int
     build: Callable[[int], list[WorkloadRequest]]
     """``n`` requests at the scenario's own rate."""
+    prefix_caching: bool = False
+    """vLLM's prefix cache on (its default) for a scenario whose requests name their
+    shared blocks; off where a trace records no sharing (every prompt would miss)."""
 
 
 def azure_conv(n: int) -> list[WorkloadRequest]:
     return trace_case(window(read_trace("azure-conv"), n), "azure-conv")
+
+
+def mooncake_conv(n: int) -> list[WorkloadRequest]:
+    return trace_case(window(read_trace("mooncake-conv"), n), "mooncake-conv")
 
 
 def long_context(n: int, seed: int = 0) -> list[WorkloadRequest]:
@@ -81,5 +95,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("sharegpt", "ShareGPT first turns, Poisson arrivals", 16_384, sharegpt),
         Scenario("long-context", f"azure-conv with 1 in {LONG_EVERY} prompts of 32k-128k "
                                  "tokens", 131_072, long_context),
+        Scenario("mooncake-conv", "Mooncake (Kimi) conversation trace, shared prefixes, "
+                                  "prefix cache on", 131_072, mooncake_conv,
+                 prefix_caching=True),
     )
 }

@@ -96,15 +96,19 @@ def group_settings(scenario: Scenario, device: str, model: AnalyticStepModel,
         kv_cache_tokens=analytic.kv_cache_tokens(model.config, model.accelerator),
         kv_bytes_per_token=model.config.kv_bytes_per_token,
         async_scheduling=mode == "async",
+        enable_prefix_caching=scenario.prefix_caching,
     )
 
 
-def run_metrics(requests: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def run_metrics(requests: Sequence[dict[str, Any]], prefix_caching: bool = False
+                ) -> dict[str, Any]:
     """What the table and the plots read of one run: TTFT and E2E statistics, output
     throughput, the P99 request's time per output token (requests with two or more
     output tokens), per-class TTFT, TTFT at every percentile (for the CDF), and the part of
     TTFT spent queueing for the budget (arrival to the first step that schedules the
-    request; the rest is the prefill's own steps)."""
+    request; the rest is the prefill's own steps). With ``prefix_caching``, also the
+    prefix cache's hit rate: the share of the served prompts' tokens found cached when
+    each was admitted (an order that evicts more shows a lower one)."""
     done = [r for r in requests if r["error"] is None and r["finish_s"] is not None]
     ttft = np.array([r["first_token_s"] - r["arrival_s"] for r in done])
     queued = np.array([r["first_scheduled_s"] - r["arrival_s"] for r in done])
@@ -127,6 +131,9 @@ def run_metrics(requests: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "tpot_p99": _r(np.percentile(tpot, 99)) if tpot else 0.0,
         "by_class": by_class,
         "ttft_percentiles": [_r(v) for v in np.percentile(ttft, np.arange(101))],
+        **({"prefix_hit_rate": _r(sum(r["cached_tokens"] for r in done)
+                                  / sum(r["prompt_tokens"] for r in done))}
+           if prefix_caching else {}),
     }
 
 
@@ -152,7 +159,7 @@ def run_cell(case: Sequence[Any], model: AnalyticStepModel, settings: SimSetting
     from .engine import simulate  # vLLM and torch: only once a suite runs
 
     result = simulate(parse_arm(arm), at_rate(case, rate), model, settings, None)
-    return run_metrics(result.run["requests"])
+    return run_metrics(result.run["requests"], settings.enable_prefix_caching)
 
 
 def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) -> Results:

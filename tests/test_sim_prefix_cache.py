@@ -1,0 +1,90 @@
+"""The simulator's prefix cache is vLLM's own: requests that name shared blocks (a
+Mooncake trace's hash_ids, a conversation's turns) hit it exactly where a cache of every
+computed block would, checked against an independent oracle on requests that arrive one
+after another (nothing evicted, nothing in flight)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fairsched_plugin.bench import traces
+from fairsched_plugin.bench.arms import parse_arm
+from fairsched_plugin.sim.engine import simulate, token_ids
+from fairsched_plugin.sim.engine_settings import SimSettings
+from fairsched_plugin.sim.step_models import LinearStepModel
+
+BLOCK = 16
+SETTINGS = SimSettings(max_num_batched_tokens=2048, max_num_seqs=64, max_model_len=131_072,
+                       block_size=BLOCK, kv_cache_tokens=1 << 23, enable_prefix_caching=True)
+STEP = LinearStepModel(base_s=0.002, per_token_s=0.00001)
+
+
+def cached_by_oracle(case) -> list[int]:
+    """Each request's cached prompt tokens under a cache that keeps every full block of
+    every earlier request's computed tokens (its prompt and all but its last output
+    token, which is sampled and never computed), keyed by the whole prefix it ends; a
+    request computes at least its last prompt token."""
+    seen: set[tuple[int, ...]] = set()
+    cached = []
+    for request in case:
+        prompt = token_ids(request, 0, request.prompt_tokens)
+        k = 0
+        while (k + 1) * BLOCK <= request.prompt_tokens - 1 and tuple(
+                prompt[:(k + 1) * BLOCK]) in seen:
+            k += 1
+        cached.append(k * BLOCK)
+        covered = len(request.blocks) * max(request.block_tokens, 1)
+        answer = (token_ids(request, request.prompt_tokens, request.output_tokens)
+                  if covered >= request.prompt_tokens + request.output_tokens
+                  else [1] * request.output_tokens)
+        computed = prompt + answer[:-1]
+        seen.update(tuple(computed[:j * BLOCK]) for j in range(1, len(computed) // BLOCK + 1))
+    return cached
+
+
+def _one_after_another(case, gap_s: float = 1000.0):
+    return [replace(r, arrival_s=gap_s * i) for i, r in enumerate(case)]
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_mooncake_window_hits_the_cache_where_the_oracle_does(async_scheduling: bool) -> None:
+    case = _one_after_another(traces.trace_case(
+        traces.window(traces.read_trace("mooncake-conv"), 20), "mooncake-conv"))
+    run = simulate(parse_arm("stock"), case, STEP,
+                   replace(SETTINGS, async_scheduling=async_scheduling))
+    got = [r["cached_tokens"] for r in run.run["requests"]]
+    expected = cached_by_oracle(case)
+    assert got == expected
+    assert sum(expected) >= 19 * 512  # every request after the first shares a prefix
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_conversations_next_turn_finds_its_prompt_and_answer_cached(
+        tmp_path: Path, async_scheduling: bool) -> None:
+    log = tmp_path / "chat.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"arrival_s": 0, "prompt_tokens": 300, "output_tokens": 100, "session": "a", "turn": 1},
+        {"arrival_s": 1, "prompt_tokens": 250, "output_tokens": 30, "session": "b", "turn": 1},
+        {"arrival_s": 2, "prompt_tokens": 520, "output_tokens": 20, "session": "a", "turn": 2},
+        {"arrival_s": 3, "prompt_tokens": 900, "output_tokens": 5, "session": "a", "turn": 3},
+    ]))
+    case = _one_after_another(traces.load_trace_case(log))
+    run = simulate(parse_arm("guarded-srpf"), case, STEP,
+                   replace(SETTINGS, async_scheduling=async_scheduling))
+    got = [r["cached_tokens"] for r in run.run["requests"]]
+    assert got == cached_by_oracle(case)
+    # Turn 2 repeats turn 1's 300 + 100 tokens: all of them but the never-computed last
+    # answer token, in whole blocks.
+    assert got[2] == (300 + 100 - 1) // BLOCK * BLOCK
+    assert got[3] == (520 + 20 - 1) // BLOCK * BLOCK
+
+
+def test_without_the_cache_nothing_is_found() -> None:
+    case = _one_after_another(traces.trace_case(
+        traces.window(traces.read_trace("mooncake-conv"), 5), "mooncake-conv"))
+    run = simulate(parse_arm("stock"), case, STEP, replace(SETTINGS, enable_prefix_caching=False))
+    assert [r["cached_tokens"] for r in run.run["requests"]] == [0] * 5
