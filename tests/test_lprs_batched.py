@@ -407,3 +407,17 @@ def test_the_automatic_target_follows_the_built_in_models_fit(models):
     rule.begin_step([], 256, 8192)
     assert rule.params.target_ms == pytest.approx(2.0 * preset, rel=0.02)
     assert rule.guard.target_ms == rule.params.target_ms
+
+
+def test_a_cut_counts_only_when_the_planned_prefill_is_dispatched(linear):
+    # The target binds (see above); if vLLM then admits none of the planned prefill (its
+    # KV cache full, say), the step says nothing about the model and is not a cut.
+    rule = _rule(linear, 33.0)
+    _caps, record = _step(rule, _views(8))
+    assert record["lprs_cut"]
+    planned = BatchStats()
+    planned.add_prefill(192, 4000)
+    for _ in range(7):
+        planned.add_prefill(1, 4000)
+    assert rule.dispatched(planned)["lprs_cut"]
+    assert not rule.dispatched(BatchStats())["lprs_cut"]

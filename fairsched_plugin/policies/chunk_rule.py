@@ -435,7 +435,12 @@ class LatencyChunkRule:
                     "(lprs_clamped)", detail,
                 )
         record = {"lprs_model_ms": model_ms, "lprs_predicted_ms": model_ms + self.bias_ms,
-                  "lprs_clamped": clamped}
+                  "lprs_clamped": clamped,
+                  # A cut shaped the step only if vLLM dispatched the prefill the plan
+                  # built (not when, say, the KV cache kept it from admitting it): the
+                  # guard reads this.
+                  "lprs_cut": (self._target_binds
+                               and batch.prefill_tokens >= self._batch.prefill_tokens > 0)}
         if self._learns:
             record[LEARNING_ROW] = row  # taken out again by observe_step
         return record
