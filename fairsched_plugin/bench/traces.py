@@ -70,6 +70,8 @@ class TraceRow:
     output_tokens: int
     blocks: tuple[str, ...] = ()
     block_tokens: int = 0
+    session: str = ""
+    turn: int = 0
 
 
 BLOCK_TOKENS = 512
@@ -183,7 +185,8 @@ def _read_jsonl(path: Path, block_tokens: int) -> list[TraceRow]:
         last = arrival
         blocks = _blocks(record, prompt, output, block_tokens, sessions, where)
         rows.append(TraceRow(len(rows), arrival, prompt, output, blocks,
-                             block_tokens if blocks else 0))
+                             block_tokens if blocks else 0,
+                             str(record.get("session", "")), record.get("turn", 0)))
     if not rows:
         raise TraceFormatError(f"{path}: no requests")
     return rows
@@ -271,7 +274,8 @@ def trace_case(rows: Sequence[TraceRow], name: str, rate: float | None = None
                             prompt="", prompt_tokens=row.prompt_tokens,
                             output_tokens=row.output_tokens, tier=0,
                             request_class=request_class(row.prompt_tokens), category=name,
-                            blocks=row.blocks, block_tokens=row.block_tokens)
+                            blocks=row.blocks, block_tokens=row.block_tokens,
+                            session=row.session, turn=row.turn)
             for row in rows]
     if rate is None or case[-1].arrival_s <= 0:
         return case

@@ -110,8 +110,8 @@ CASE_KEYS = (
     "class",
     "category",
 )
-OPTIONAL_CASE_KEYS = ("blocks", "block_tokens")
-"""Written only where a request has them (a trace that names its blocks)."""
+OPTIONAL_CASE_KEYS = ("blocks", "block_tokens", "session", "turn")
+"""Written only where a request has them (a trace that names its blocks or sessions)."""
 
 
 class CaseFormatError(ValueError):
@@ -137,12 +137,16 @@ class WorkloadRequest:
     category: str
     blocks: tuple[str, ...] = ()
     block_tokens: int = 0
+    session: str = ""
+    """The conversation this request is a turn of (``turn``, from 1); "" for none."""
+    turn: int = 0
 
     def to_json(self) -> str:
         """One JSON Lines line (without the newline), keys in ``CASE_KEYS`` order."""
         record = asdict(self)
         record["class"] = record.pop("request_class")
-        keys = CASE_KEYS + (OPTIONAL_CASE_KEYS if self.blocks else ())
+        keys = (CASE_KEYS + (OPTIONAL_CASE_KEYS[:2] if self.blocks else ())
+                + (OPTIONAL_CASE_KEYS[2:] if self.session else ()))
         return json.dumps({key: record[key] for key in keys}, ensure_ascii=False)
 
     @classmethod
@@ -172,6 +176,8 @@ class WorkloadRequest:
             category=record["category"],
             blocks=tuple(record.get("blocks", ())),
             block_tokens=record.get("block_tokens", 0),
+            session=record.get("session", ""),
+            turn=record.get("turn", 0),
         )
 
 
@@ -203,6 +209,11 @@ def _check_case_values(record: dict[str, Any]) -> None:
     if "blocks" in record and not (is_int(size) and size >= 1
                                    and len(blocks) * size >= record["prompt_tokens"]):
         raise bad("block_tokens", "an integer >= 1 whose blocks cover the prompt")
+    if ("session" in record) != ("turn" in record):
+        raise CaseFormatError("keys 'session' and 'turn' come together")
+    if "session" in record and not (isinstance(record["session"], str) and record["session"]
+                                    and is_int(record["turn"]) and record["turn"] >= 1):
+        raise bad("session", "a non-empty string beside an integer 'turn' >= 1")
     if record["class"] != request_class(record["prompt_tokens"]):
         raise bad("class", f"{request_class(record['prompt_tokens'])!r} for "
                            f"{record['prompt_tokens']} prompt tokens")

@@ -86,8 +86,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bytes of K and V per token (default: from the analytic model, "
                              "else 4096, the tiny CPU model in float32)")
     parser.add_argument("--prefix-caching", action="store_true",
-                        help="turn vLLM's prefix cache on (prompts are distinct stand-in "
-                             "token ids, so it only matters for identical case ids)")
+                        help="turn vLLM's prefix cache on (prompts share cached blocks where "
+                             "the trace names them: Mooncake's hash_ids, a log's block_hashes "
+                             "or session turns; other prompts never share one)")
     parser.add_argument("--max-virtual-s", type=positive_float, default=86_400.0,
                         help="stop and name the unfinished requests past this virtual time")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -107,6 +108,10 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                      help=ARMS_HELP)
     sim.add_argument("--repeat", type=positive_int, default=1,
                      help="workload seeds seed..seed+N-1 (a simulation itself never varies)")
+    sim.add_argument("--closed-loop", action="store_true",
+                     help="a session's later turns arrive their recorded think time after "
+                          "the previous turn's answer, not at their recorded times (open "
+                          "loop, the default)")
     sim.add_argument("--out", type=Path, default=Path("runs/simulate"),
                      help="directory for the cases, runs and report")
     sim.add_argument("--no-trace", action="store_true",
@@ -177,7 +182,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         runs, timing = run_matrix(arms, lambda r: first if r == 0 else cases_for(r), model,
                                   settings, repeat=args.repeat, out_dir=args.out,
-                                  trace=not args.no_trace, progress=print)
+                                  trace=not args.no_trace, progress=print,
+                                  closed_loop=args.closed_loop)
     except SimulationStalled as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
@@ -215,5 +221,8 @@ def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model:
         "case": {name: case_summary(case) for name, case in cases.items()},
         "plugin_settings": plugin_settings(_with_service(args)),
         "engine": settings_record(settings, sources),
+        "arrivals": ("closed loop: a session's later turns a think time after the previous "
+                     "answer" if args.closed_loop else "open loop: every request at its "
+                     "recorded time"),
         "repeat": args.repeat,
     }

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from ..bench.arms import STOCK, Arm
 from ..bench.runner import join_trace, read_jsonl
 from ..bench.workloads import WorkloadRequest
 from ..predictor.memory import KvCacheMemory
+from .arrivals import Arrivals
 from .batch import SimBatch
 from .clock import VirtualClock
 from .fake_engine import model_runner_output
@@ -184,10 +185,13 @@ def simulate(
     trace_path: Path | None = None,
     category: str | None = None,
     stop_at_last_arrival: bool = False,
+    closed_loop: bool = False,
 ) -> SimRun:
-    """Run ``arm`` on ``case`` (arrival-ordered) to completion on a virtual clock, or,
-    with ``stop_at_last_arrival``, until the first step that starts after the last
-    arrival (the requests then unfinished keep their partial rows).
+    """Run ``arm`` on ``case`` to completion on a virtual clock, or, with
+    ``stop_at_last_arrival``, until the first step that starts after the last arrival
+    (the requests then unfinished keep their partial rows). With ``closed_loop`` a
+    session's later turns arrive a think time after the previous turn's answer
+    (``arrivals``); otherwise every request arrives as recorded.
 
     ``trace_path``: where the per-step trace goes (None: no trace). Raises
     :class:`SimulationStalled` past ``settings.max_virtual_s`` or when a step schedules
@@ -205,8 +209,8 @@ def simulate(
     memory = KvCacheMemory(kv_state_reader(scheduler))
     timing = Timing()
     rows: dict[str, dict[str, Any]] = {}
-    cases: Iterator[WorkloadRequest] = iter(case)
-    upcoming = next(cases, None)
+    arrivals = Arrivals(case, closed_loop)
+    case_ids: dict[str, str] = {}
     last_arrival = -1.0
     in_flight: _Batch | None = None
     cache_blocks = settings.block_size if settings.enable_prefix_caching else None
@@ -224,29 +228,31 @@ def simulate(
         engine_outputs = scheduler.update_from_output(batch.output,
                                                       model_runner_output(batch.sampled))
         timing.update_s += _cpu() - t0
-        _record(engine_outputs, rows, clock.now)
+        for req_id in _record(engine_outputs, rows, clock.now):
+            arrivals.done(case_ids[req_id], clock.now)
 
     try:
         while True:
-            while upcoming is not None and upcoming.arrival_s <= clock.now:
-                if upcoming.arrival_s < last_arrival:
-                    raise ValueError(f"case is not in arrival order at {upcoming.id}")
-                last_arrival = upcoming.arrival_s
-                row = rows[engine_request_id(upcoming.id)] = _result_row(upcoming)
-                if upcoming.prompt_tokens + upcoming.output_tokens > settings.max_model_len:
+            while (arrived := arrivals.pop_due(clock.now)) is not None:
+                last_arrival = arrived.arrival_s
+                req_id = engine_request_id(arrived.id)
+                case_ids[req_id] = arrived.id
+                row = rows[req_id] = _result_row(arrived)
+                if arrived.prompt_tokens + arrived.output_tokens > settings.max_model_len:
                     # What the server answers (HTTP 400): counted as failed, never scheduled.
                     row["error"] = TOO_LONG
+                    arrivals.done(arrived.id, clock.now)
                 else:
-                    scheduler.add_request(make_request(upcoming, cache_blocks))
-                    if upcoming.blocks:
-                        answers[engine_request_id(upcoming.id)] = upcoming
-                upcoming = next(cases, None)
-            if upcoming is None and stop_at_last_arrival and clock.now >= last_arrival:
+                    scheduler.add_request(make_request(arrived, cache_blocks))
+                    if arrived.blocks:
+                        answers[req_id] = arrived
+            upcoming = arrivals.next_time()
+            if arrivals.exhausted and stop_at_last_arrival and clock.now >= last_arrival:
                 break
             if in_flight is None and not scheduler.has_unfinished_requests():
                 if upcoming is None:
                     break
-                clock.jump_to(upcoming.arrival_s)
+                clock.jump_to(upcoming)
                 continue
             if clock.now > settings.max_virtual_s:
                 _stalled(scheduler, f"still unfinished at virtual time {clock.now:.1f} s "
@@ -261,7 +267,7 @@ def simulate(
                 elif upcoming is None:
                     _stalled(scheduler, "nothing schedulable and nothing left to arrive")
                 else:
-                    clock.jump_to(upcoming.arrival_s)
+                    clock.jump_to(upcoming)
                 scheduler.update_from_output(output, model_runner_output({}))
                 continue
             batch, finished = _batch_of(scheduler, output)
@@ -322,8 +328,10 @@ def _sampled(request: Request, case: WorkloadRequest | None) -> list[int]:
     return token_ids(case, request.num_computed_tokens, 1)
 
 
-def _record(engine_outputs: Any, rows: dict[str, dict[str, Any]], now: float) -> None:
-    """What a streaming client sees at ``now``: new tokens, first token, finish."""
+def _record(engine_outputs: Any, rows: dict[str, dict[str, Any]], now: float) -> list[str]:
+    """What a streaming client sees at ``now``: new tokens, first token, finish. Returns
+    the requests that finished."""
+    finished: list[str] = []
     for outputs in engine_outputs.values():
         for out in outputs.outputs:
             row = rows.get(out.request_id)
@@ -335,6 +343,8 @@ def _record(engine_outputs: Any, rows: dict[str, dict[str, Any]], now: float) ->
                 row["output_tokens"] += len(out.new_token_ids)
             if out.finish_reason is not None:
                 row["finish_s"] = now
+                finished.append(out.request_id)
+    return finished
 
 
 def _check_tokens(requests: list[dict[str, Any]]) -> None:

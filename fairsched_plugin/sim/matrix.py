@@ -31,6 +31,7 @@ def run_matrix(
     out_dir: Path | None = None,
     trace: bool = True,
     progress: Callable[[str], None] | None = None,
+    closed_loop: bool = False,
 ) -> tuple[dict[str, list[dict[str, Any]]], Timing]:
     """Runs per arm (one per case and repeat) and the summed loop timing. With
     ``out_dir`` each run's trace is kept under ``out_dir/runs/ARM/rN[/CASE]``."""
@@ -49,7 +50,8 @@ def run_matrix(
                     run_dir.mkdir(parents=True, exist_ok=True)
                     trace_path = run_dir / "trace.jsonl"
                 result: SimRun = simulate(arm, case, step_model, settings, trace_path,
-                                          category=None if single else name)
+                                          category=None if single else name,
+                                          closed_loop=closed_loop)
                 runs[arm.name].append(result.run)
                 _add(total, result.timing)
                 if progress is not None:
