@@ -119,7 +119,8 @@ def test_with_a_chunk_rule_a_blocked_request_does_not_starve_the_next(config_onl
 def test_a_request_the_plan_did_not_reach_takes_the_budget_left(config_only_model):
     """The plan is never exclusive. Without prefix awareness it budgets a mostly cached
     prompt at full length and reaches no further; vLLM then finds the prefix cached,
-    and the next waiting request must take the budget that freed up."""
+    and the next waiting request must take the budget that freed up, its chunk ending on
+    a KV block as alignment requires."""
     prefix = [(7 * i) % 991 + 2 for i in range(2000)]
     engine = _engine(config_only_model, {"policy": "fcfs", "lprs": {"align": "on"},
                                          "prefix_aware": False},
@@ -130,7 +131,9 @@ def test_a_request_the_plan_did_not_reach_takes_the_budget_left(config_only_mode
                 make_request("fresh", 600, 4, 200.1)])
     scheduled = engine.step().output.num_scheduled_tokens
     assert scheduled["followup"] < 100
-    assert scheduled["fresh"] == BUDGET - scheduled["followup"]
+    block = engine.scheduler.block_size
+    left = BUDGET - scheduled["followup"]
+    assert left % block and scheduled["fresh"] == left - left % block > 0
 
 
 def test_spec_decode_padding_survives_a_chunk_rule(config_only_model):

@@ -67,6 +67,7 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
+from ..policies.alignment import align_chunk
 from .held_requests import HeldRequests
 from .metrics_hooks import MetricsHooks
 from .queue import PolicyRequestQueue, PriorityLevelQueue
@@ -174,6 +175,12 @@ class FairSchedulingMixin(StepTrace, MetricsHooks, HeldRequests, StepPlanning, R
             # request vLLM padded beyond its work (a new decode padded to 1 + k for
             # speculative decoding must keep every row).
             cap = caps.get(request.request_id)
+            if cap is None and self._aligned_block:
+                # A prefill the plan did not reach takes the budget left, as in stock
+                # vLLM, but still ends on a KV block boundary (alignment is on).
+                cap = align_chunk(num_computed_tokens, num_new_tokens,
+                                  request.num_tokens - num_computed_tokens,
+                                  self._aligned_block)
             if (cap is not None and cap < num_new_tokens
                     and num_new_tokens <= request.num_tokens - num_computed_tokens
                     and has_prefill_work(request, num_computed_tokens)

@@ -135,6 +135,9 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
             self._auto_alpha = AutoAlpha(policy.auto_factor, PrefillRateEstimator())
             listeners.append(self._calibrate_alpha)
         self._chunk_rule = self._make_chunk_rule(config)
+        self._aligned_block = (self.block_size if self._chunk_rule is not None
+                               and self._chunk_rule.align else 0)
+        """The KV block size every prefill chunk's end aligns to (0: no alignment)."""
         if self._chunk_rule is not None and self._chunk_rule.observes_steps:
             listeners.append(self._chunk_rule.observe_step)
         self._profiler: StepProfiler | None = None
