@@ -336,10 +336,11 @@ def add_trace_arguments(parser: argparse.ArgumentParser,
     """``--trace`` (beside ``--workload``/``--case``), ``--trace-rate`` and
     ``--trace-start``; ``--num-requests`` is the window's size."""
     case_group.add_argument(
-        "--trace", metavar="CSV|" + "|".join(PACKAGED),
-        help="replay a production trace (columns arrived_at,num_prefill_tokens,"
-             "num_decode_tokens or arrival_s,prompt_tokens,output_tokens); "
-             "'azure-conv' is the packaged Azure conversation trace; with --num-requests "
+        "--trace", metavar="CSV|JSONL|" + "|".join(PACKAGED),
+        help="replay a production trace (CSV columns arrived_at,num_prefill_tokens,"
+             "num_decode_tokens or arrival_s,prompt_tokens,output_tokens; JSONL as "
+             "Mooncake's or with block hashes or sessions, docs/simulator.md); "
+             "'azure-conv' and 'mooncake-conv' are packaged; with --num-requests "
              "N a window of N consecutive requests")
     parser.add_argument("--trace-rate", type=_rates, metavar="R[,R...]",
                         help="compress the trace window in time to R requests/s (its "
@@ -347,6 +348,9 @@ def add_trace_arguments(parser: argparse.ArgumentParser,
                              "(default: as recorded)")
     parser.add_argument("--trace-start", type=at_least(0), default=0, metavar="ROW",
                         help="the window's first row, counted from 0")
+    parser.add_argument("--trace-block-tokens", type=at_least(1), default=BLOCK_TOKENS,
+                        metavar="N", help="tokens per named block of a JSONL trace "
+                        f"(hash_ids, block_hashes; default {BLOCK_TOKENS}, Mooncake's)")
 
 
 def _rates(text: str) -> list[float]:
@@ -361,17 +365,20 @@ def _rates(text: str) -> list[float]:
 
 
 def check_trace_arguments(args: argparse.Namespace) -> None:
-    """``--trace-rate``/``--trace-start`` mean nothing without ``--trace``."""
+    """``--trace-rate``/``--trace-start``/``--trace-block-tokens`` mean nothing without
+    ``--trace``."""
     if getattr(args, "trace", None) is None and (
-            args.trace_rate is not None or args.trace_start != 0):
-        raise ValueError("--trace-rate and --trace-start need --trace")
+            args.trace_rate is not None or args.trace_start != 0
+            or args.trace_block_tokens != BLOCK_TOKENS):
+        raise ValueError("--trace-rate, --trace-start and --trace-block-tokens need --trace")
 
 
 def trace_cases_from_args(args: argparse.Namespace, tokenizer: Tokenizer | None = None
                           ) -> dict[str, list[WorkloadRequest]]:
     """The window of ``--trace`` at each ``--trace-rate``, named ``TRACE@RATErps`` when
     there are several rates; with ``tokenizer``, prompts of the exact recorded lengths."""
-    rows = window(read_trace(args.trace), args.num_requests, args.trace_start)
+    rows = window(read_trace(args.trace, args.trace_block_tokens), args.num_requests,
+                  args.trace_start)
     name = trace_name(args.trace)
     rates: list[float | None] = list(args.trace_rate or [None])
     cases = {}
