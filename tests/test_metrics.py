@@ -244,6 +244,18 @@ def test_latency_control_scores_steps_against_the_target():
     assert step_deviations(trace, 50.0)[3] == pytest.approx(0.6)
 
 
+def test_each_step_is_judged_against_its_own_automatic_target():
+    # The automatic target follows the latency model: none before it is predicted (NaN),
+    # then 40 ms, then 100 ms. Steps without a target are left out.
+    trace = [_step(30, lprs_target_ms=float("nan")), _step(42, lprs_target_ms=40.0),
+             _step(60, lprs_target_ms=40.0), _step(100, lprs_target_ms=100.0)]
+    control = latency_control(trace)
+    assert control["steps"] == 3 and not control["target_fixed"]
+    assert control["target_ms"] == 40.0  # the median of the per-step targets
+    assert control["within_10pct"] == pytest.approx(2 / 3)  # 42 of 40, 100 of 100
+    assert list(step_deviations(trace)) == pytest.approx([0.05, 0.5, 0.0])
+
+
 def test_summary_takes_the_lprs_target_from_the_trace_and_sums_apc_outcomes():
     trace = [_step(50, lprs_target_ms=50.0, apc={"accepted": 2, "warm_start": 1,
                                                   "blocked_by_cap": 3}),

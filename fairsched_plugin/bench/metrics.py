@@ -60,6 +60,8 @@ Definitions
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -174,9 +176,7 @@ def summarize_run(
 
 def _control_blocks(trace: Sequence[TraceRecord], target_ms: float | None) -> dict[str, Any]:
     blocks: dict[str, Any] = {}
-    if target_ms is None:
-        target_ms = next((s["lprs_target_ms"] for s in trace if "lprs_target_ms" in s), None)
-    if target_ms is not None and trace:
+    if trace and (target_ms is not None or any("lprs_target_ms" in s for s in trace)):
         blocks["control"] = latency_control(trace, target_ms)
     if any("apc" in s for s in trace):
         blocks["apc"] = apc_interventions(trace)
@@ -187,8 +187,27 @@ WITHIN = 0.10
 """A step is on target when its measured time is within 10 % of the target (Table 9)."""
 
 
-def latency_control(trace: Sequence[TraceRecord], target_ms: float) -> dict[str, Any]:
-    """How closely measured step times follow a latency target (seed 000 Table 9).
+def _timed_against(trace: Sequence[TraceRecord], target_ms: float | None,
+                   prefill_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Measured step times (ms) and the target each is judged against: ``target_ms`` for
+    every step, or else each step's own LPRS target (the automatic one follows the latency
+    model); steps without a finite target (not predicted yet) are left out."""
+    times, targets = [], []
+    for s in trace:
+        if s.get("step_time_s") is None or (prefill_only and not s.get("num_prefills")):
+            continue
+        target = target_ms if target_ms is not None else s.get("lprs_target_ms")
+        if target is not None and 0.0 < target < math.inf:
+            times.append(s["step_time_s"] * 1000.0)
+            targets.append(target)
+    return np.array(times), np.array(targets)
+
+
+def latency_control(trace: Sequence[TraceRecord], target_ms: float | None = None
+                    ) -> dict[str, Any]:
+    """How closely measured step times follow a latency target (seed 000 Table 9):
+    ``target_ms`` for every step, or each step's own LPRS target (``target_ms`` is then
+    their median and ``target_fixed`` false).
 
     ``within_10pct`` counts every step; ``within_10pct_prefill`` only steps that scheduled
     prefill work, the only steps a chunk rule can shape (a decode-only step takes what its
@@ -198,21 +217,24 @@ def latency_control(trace: Sequence[TraceRecord], target_ms: float) -> dict[str,
     disagreed with measured times, ``clamped_steps`` those whose batch had features outside
     the model's training range.
     """
-    times = np.array([s["step_time_s"] * 1000.0 for s in trace if s.get("step_time_s") is not None])
-    prefill = np.array([s["step_time_s"] * 1000.0 for s in trace
-                        if s.get("step_time_s") is not None and s.get("num_prefills")])
-    deviation = (times - target_ms) / target_ms
+    times, targets = _timed_against(trace, target_ms)
+    prefill, prefill_targets = _timed_against(trace, target_ms, prefill_only=True)
+    deviation = (times - targets) / targets
     pairs = [(s["lprs_predicted_ms"], s["step_time_s"] * 1000.0) for s in trace
              if s.get("lprs_predicted_ms") is not None and s.get("step_time_s") is not None
              and np.isfinite(s["lprs_predicted_ms"])]
     return {
-        "target_ms": target_ms,
+        "target_ms": (target_ms if target_ms is not None
+                      else float(np.median(targets)) if len(targets) else None),
+        "target_fixed": target_ms is not None,
         "steps": int(len(times)),
         "within_10pct": _share(np.abs(deviation) <= WITHIN),
-        "within_10pct_prefill": _share(np.abs((prefill - target_ms) / target_ms) <= WITHIN),
+        "within_10pct_prefill": _share(
+            np.abs((prefill - prefill_targets) / prefill_targets) <= WITHIN),
         "over_10pct": _share(deviation > WITHIN),
         "deviation_p50": float(np.median(deviation)) if len(deviation) else None,
-        "abs_deviation_mean_ms": float(np.mean(np.abs(times - target_ms))) if len(times) else None,
+        "abs_deviation_mean_ms": (float(np.mean(np.abs(times - targets))) if len(times)
+                                  else None),
         "prediction_mae_ms": (float(np.mean([abs(p - m) for p, m in pairs])) if pairs else None),
         "fallback_steps": sum(1 for s in trace if s.get("lprs_fallback")),
         "guard_steps": sum(1 for s in trace if s.get("lprs_guard")),
@@ -220,10 +242,11 @@ def latency_control(trace: Sequence[TraceRecord], target_ms: float) -> dict[str,
     }
 
 
-def step_deviations(trace: Sequence[TraceRecord], target_ms: float) -> np.ndarray:
-    """(measured - target) / target of every timed step, for the deviation histogram."""
-    times = np.array([s["step_time_s"] * 1000.0 for s in trace if s.get("step_time_s") is not None])
-    return (times - target_ms) / target_ms
+def step_deviations(trace: Sequence[TraceRecord], target_ms: float | None = None) -> np.ndarray:
+    """(measured - target) / target of every judged step (:func:`latency_control`'s
+    targets), for the deviation histogram."""
+    times, targets = _timed_against(trace, target_ms)
+    return (times - targets) / targets
 
 
 def apc_interventions(trace: Sequence[TraceRecord]) -> dict[str, Any]:

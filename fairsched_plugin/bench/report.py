@@ -734,11 +734,14 @@ def _plot_deviation_histogram(
     bins = np.linspace(-1.0, 2.0, 61)
     for arm, repeats in runs.items():
         summaries = [e["summary"] for e in analysis[arm]["repeats"]]
-        targets = [s["control"]["target_ms"] for s in summaries if "control" in s]
+        targets = [s["control"]["target_ms"] if s["control"].get("target_fixed", True) else None
+                   for s in summaries if "control" in s]
         if not targets:
             continue
         deviations = np.concatenate([step_deviations(r.get("trace") or [], t)
                                      for r, t in zip(repeats, targets)])
+        if not len(deviations):
+            continue
         ax.hist(np.clip(deviations, bins[0], bins[-1]), bins=bins, histtype="step",
                 linewidth=1.5, color=colors[arm], label=arm, density=True)
     ax.axvspan(-0.1, 0.1, color="green", alpha=0.1, label="within 10 %")
