@@ -192,14 +192,14 @@ class LatencyChunkRule:
         if self._predict_grown is not None:
             model_ms = self._predict_grown(_EMPTY_BATCH, tokens, 0)
         else:
-            model_ms = self._target_model_ms.get(tokens, math.nan)
-            if math.isnan(model_ms):
+            if tokens not in self._target_model_ms:
                 stats = BatchStats()
                 stats.add_prefill(tokens, 0)
                 memory = self._memory_state or (self.memory.read() if self.memory else
                                                 MemoryState(0.0, 0.0, 0.0, 0.0))
-                model_ms = float(self.predictor.predict(batch_row(stats, memory)[None, :])[0])
-                self._target_model_ms[tokens] = model_ms
+                self._target_model_ms[tokens] = float(
+                    self.predictor.predict(batch_row(stats, memory)[None, :])[0])
+            model_ms = self._target_model_ms[tokens]
         target = model_ms + self.bias_ms
         if target != self.params.target_ms and math.isfinite(target) and target > 0:
             self.params = replace(self.params, target_ms=target)
