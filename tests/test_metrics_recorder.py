@@ -9,6 +9,7 @@ piece of the plugin's work counted by place.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -222,3 +223,11 @@ def test_aging_reports_its_alpha(config_only_model, tmp_path):
     assert _snapshot(engine, tmp_path)["alpha"] == 37.5
     automatic = _engine(config_only_model, tmp_path / "auto", clock, policy="guarded-aging")
     assert _snapshot(automatic, tmp_path / "auto")["alpha"] is None  # not measured yet
+
+
+def test_a_target_not_predicted_yet_is_written_as_null(config_only_model, tmp_path):
+    """``GET /fairsched`` serves the snapshot as strict JSON: NaN would make it fail."""
+    engine = _engine(config_only_model, tmp_path, Clock())
+    lprs = _snapshot(engine, tmp_path)["lprs"]
+    assert lprs["target_ms"] is None  # the CPU has no preset: nothing predicted at start-up
+    json.dumps(lprs, allow_nan=False)

@@ -62,7 +62,8 @@ def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path
         r"fairsched: scheduler Fair(Sync)?Scheduler active with policy "
         r"guarded-srpf\(shortest remaining prefill first; "
         r"due after slack=1.5 x the FCFS backlog \+ 1 x its own prefill, passed only "
-        r"while EDF stays feasible\), LPRS \(target 100 ms\), APC \(at most 8 prefills\)",
+        r"while EDF stays feasible\), LPRS \(target: the predicted time of a 256-token "
+        r"prefill step, not predicted yet\), APC \(at most 8 prefills\)",
         log,
     )
     assert "is the async variant" not in log
@@ -75,7 +76,8 @@ def test_environment_alone_switches_it_on(tiny_model: Path, tmp_path: Path):
         _assert_streamed(_query_all(server))
         log = server.log_text()
     assert "FAIRSCHED_POLICY=aging and no --scheduler-cls: using fairsched_plugin.FairScheduler" in log
-    assert ("active with policy aging(alpha=150, beta=-1), LPRS (target 100 ms), APC (at "
+    assert ("active with policy aging(alpha=150, beta=-1), LPRS (target: the predicted "
+            "time of a 256-token prefill step, not predicted yet), APC (at "
             "most 8 prefills), decodes held to 76 per step "
             "while prefill work waits (decode_share=0.3), none held beyond 150 ms per "
             "output token") in log

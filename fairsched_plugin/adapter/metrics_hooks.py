@@ -13,6 +13,7 @@ plugin work: the step runs as stock vLLM's and the place is counted.
 from __future__ import annotations
 
 import atexit
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,9 @@ class MetricsHooks:
         document = self._metrics.snapshot(
             now, time.time(), self._metrics_header, self._failures,
             has_deadlines=policy.uses_deadlines,
-            lprs_state=({"target_ms": rule.params.target_ms, "bias_ms": rule.bias_ms,
+            lprs_state=({"target_ms": (rule.params.target_ms
+                                       if math.isfinite(rule.params.target_ms) else None),
+                         "bias_ms": rule.bias_ms,
                          "model": rule.model_source}
                         if lprs_on else None),
             apc_on=rule is not None and rule.apc is not None,

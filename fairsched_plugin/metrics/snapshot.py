@@ -27,7 +27,8 @@ The document (``version`` 1):
 - ``alpha``: Aging's current alpha (null while uncalibrated); absent without Aging;
 - ``lprs``: ``{"falling_back", "fallback_steps": {reason: n}, "error": {"counts",
   "sum"}, "target_ms", "bias_ms"}``, ``error`` the relative error |measured - predicted| /
-  measured of each dispatched batch; absent without LPRS;
+  measured of each dispatched batch, ``target_ms`` null while an automatic target is not
+  predicted yet; absent without LPRS;
 - ``apc``: outcome -> count of APC's decisions; absent without APC;
 - ``failures``: place -> count of steps that ran as stock vLLM because the plugin's work
   failed there;
