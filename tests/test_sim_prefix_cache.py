@@ -13,7 +13,8 @@ import pytest
 
 from fairsched_plugin.bench import traces
 from fairsched_plugin.bench.arms import parse_arm
-from fairsched_plugin.sim.engine import simulate, token_ids
+from fairsched_plugin.bench.sessions import AgentParams, agent_sessions
+from fairsched_plugin.sim.engine import _ids, simulate, token_ids
 from fairsched_plugin.sim.engine_settings import SimSettings
 from fairsched_plugin.sim.step_models import LinearStepModel
 
@@ -88,3 +89,18 @@ def test_without_the_cache_nothing_is_found() -> None:
         traces.window(traces.read_trace("mooncake-conv"), 5), "mooncake-conv"))
     run = simulate(parse_arm("stock"), case, STEP, replace(SETTINGS, enable_prefix_caching=False))
     assert [r["cached_tokens"] for r in run.run["requests"]] == [0] * 5
+
+
+def test_agent_sessions_hit_the_shared_system_prompt_and_their_own_history() -> None:
+    case = _one_after_another(agent_sessions(40, AgentParams(max_tokens=60_000)))
+    run = simulate(parse_arm("guarded-srpf"), case, STEP, SETTINGS)
+    got = [r["cached_tokens"] for r in run.run["requests"]]
+    assert got == cached_by_oracle(case)
+    firsts = [g for g, r in zip(got, case) if r.turn == 1]
+    assert len(firsts) >= 2 and all(g >= AgentParams().system_tokens - BLOCK for g in firsts[1:])
+
+
+def test_differently_named_blocks_share_no_vllm_block() -> None:
+    """Stand-in ids are per name: thousands of names, no 16 equal tokens (a false hit)."""
+    starts = {tuple(_ids(f"block-{i}", 0, BLOCK)) for i in range(5000)}
+    assert len(starts) == 5000

@@ -40,6 +40,7 @@ from tokenizers import Tokenizer
 from ..cli_types import at_least
 from ..user_files import read_text
 from .pairs import request_class
+from .sessions import session_blocks
 from .vllm_client import mean_rate
 from .workloads import CaseFormatError, WorkloadRequest, cut_to_tokens
 
@@ -232,7 +233,7 @@ def _blocks(record: dict[str, object], prompt: int, output: int, block_tokens: i
             f"{where}: session {name!r} turn {turn} has a prompt of {prompt} tokens, shorter "
             f"than the previous turn's prompt and answer ({previous_tokens}), which it repeats")
     sessions[name] = (turn, prompt + output)
-    return tuple(f"{name}/{j}" for j in range(-(-(prompt + output) // block_tokens)))
+    return session_blocks(name, prompt + output, block_tokens)
 
 
 def _number(record: dict[str, str | None], column: str, path: Path, line: int, *,

@@ -15,9 +15,19 @@ the arrivals to each load (``bench.traces.at_rate``).
   Mooncake, FAST 2025): consecutive requests from its start with their recorded lengths,
   arrivals and shared 512-token blocks, replayed open-loop with vLLM's prefix cache on
   (prompts of 12k tokens on average, up to 126k). ``max_model_len`` 131072.
+- ``chat-sessions``: ShareGPT's multi-turn conversations as sessions (``bench.sessions``):
+  each turn resends the history, the next turn follows the answer after a think time of
+  3-60 s (closed loop), prefix cache on. ``chat-sessions-open`` replays the same requests
+  open-loop (each turn its think time after the previous turn's arrival, answered or
+  not), to show what open-loop replay gets wrong.
+- ``agent``: tool-using agent sessions (``bench.sessions.agent_sessions``): a 6k-token
+  system prompt shared by all, a task context of 2k-24k tokens, then up to 40 steps that
+  are almost fully cached, one in 25 adding a 20k-60k-token document; closed loop,
+  prefix cache on, ``max_model_len`` 131072.
 
-Every scenario but ``mooncake-conv`` runs with the prefix cache off: its trace records no
-sharing between prompts, so a cache would find nothing.
+``azure-conv``, ``sharegpt`` and ``long-context`` run with the prefix cache off: their
+requests record no sharing between prompts, so a cache would find nothing. The others run
+with it on, as ``vllm serve`` does by default.
 """
 
 from __future__ import annotations
@@ -29,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bench.pairs import build_pool, read_pool, request_class, write_pool
+from ..bench.pairs import PairPool, build_pool, read_pool, request_class, write_pool
+from ..bench.sessions import agent_sessions, chat_sessions
 from ..bench.traces import read_trace, trace_case, window
 from ..bench.workloads import WorkloadRequest, build_workload
 from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
@@ -49,6 +60,9 @@ class Scenario:
     prefix_caching: bool = False
     """vLLM's prefix cache on (its default) for a scenario whose requests name their
     shared blocks; off where a trace records no sharing (every prompt would miss)."""
+    closed_loop: bool = False
+    """A session's next turn follows its previous answer (``sim.arrivals``); otherwise
+    every request arrives at its recorded time."""
 
 
 def azure_conv(n: int) -> list[WorkloadRequest]:
@@ -76,16 +90,24 @@ def long_context(n: int, seed: int = 0) -> list[WorkloadRequest]:
 
 
 def sharegpt(n: int) -> list[WorkloadRequest]:
-    """The ``uniform`` ShareGPT workload from the pool ``make main`` builds (built here
-    with the tiny model's tokenizer when missing)."""
+    """The ``uniform`` ShareGPT workload (:func:`_pool`)."""
+    return build_workload("uniform", _pool(), seed=0, num_requests=n)
+
+
+def _pool() -> PairPool:
+    """The ShareGPT pool ``make main`` builds (built here with the tiny model's tokenizer
+    when missing)."""
     if SHAREGPT_POOL.exists():
-        pool = read_pool(SHAREGPT_POOL)
-    else:
-        build_tiny_model(DEFAULT_MODEL_DIR)
-        pool = build_pool(DEFAULT_MODEL_DIR, None)
-        SHAREGPT_POOL.parent.mkdir(parents=True, exist_ok=True)
-        write_pool(SHAREGPT_POOL, pool)
-    return build_workload("uniform", pool, seed=0, num_requests=n)
+        return read_pool(SHAREGPT_POOL)
+    build_tiny_model(DEFAULT_MODEL_DIR)
+    pool = build_pool(DEFAULT_MODEL_DIR, None)
+    SHAREGPT_POOL.parent.mkdir(parents=True, exist_ok=True)
+    write_pool(SHAREGPT_POOL, pool)
+    return pool
+
+
+def chat(n: int) -> list[WorkloadRequest]:
+    return chat_sessions(_pool().pairs, n)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -98,5 +120,11 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("mooncake-conv", "Mooncake (Kimi) conversation trace, shared prefixes, "
                                   "prefix cache on", 131_072, mooncake_conv,
                  prefix_caching=True),
+        Scenario("chat-sessions", "ShareGPT multi-turn sessions, closed loop, prefix cache "
+                                  "on", 16_384, chat, prefix_caching=True, closed_loop=True),
+        Scenario("chat-sessions-open", "chat-sessions replayed open-loop, prefix cache on",
+                 16_384, chat, prefix_caching=True),
+        Scenario("agent", "agent sessions over a shared context, closed loop, prefix "
+                          "cache on", 131_072, agent_sessions, prefix_caching=True, closed_loop=True),
     )
 }

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -154,11 +154,12 @@ class Results:
 
 
 def run_cell(case: Sequence[Any], model: AnalyticStepModel, settings: SimSettings, arm: str,
-             rate: float) -> dict[str, Any]:
+             rate: float, closed_loop: bool = False) -> dict[str, Any]:
     """One arm at one rate: the run's metrics."""
     from .engine import simulate  # vLLM and torch: only once a suite runs
 
-    result = simulate(parse_arm(arm), at_rate(case, rate), model, settings, None)
+    result = simulate(parse_arm(arm), at_rate(case, rate), model, settings, None,
+                      closed_loop=closed_loop)
     return run_metrics(result.run["requests"], settings.enable_prefix_caching)
 
 
@@ -180,19 +181,25 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
         progress(f"[group {g}/{len(groups)}] {label}: budget "
                  f"{settings.max_num_batched_tokens}, {settings.max_num_seqs} sequences; "
                  "finding stock's capacity")
-        capacity = find_capacity(case, model, settings)
+        capacity = find_capacity(case, model, settings, closed_loop=scenario.closed_loop)
         progress(f"  capacity {capacity.rate:.2f} req/s")
-        results.groups.append({
+        group = {
             "scenario": scenario_name, "device": device, "model": model_name, "mode": mode,
             "accelerator": model.accelerator.name, "step_model": model.description,
-            "engine": asdict(settings), "capacity_rps": _r(capacity.rate),
-            "capacity": asdict(capacity),
-        })
+            "engine": asdict(settings), "closed_loop": scenario.closed_loop,
+            "capacity_rps": _r(capacity.rate), "capacity": asdict(capacity),
+        }
+        if settings.enable_prefix_caching:
+            without = find_capacity(case, model, replace(settings, enable_prefix_caching=False),
+                                    closed_loop=scenario.closed_loop)
+            progress(f"  capacity with the prefix cache off {without.rate:.2f} req/s")
+            group["capacity_cache_off_rps"] = _r(without.rate)
+        results.groups.append(group)
         for load in plan.loads:
             rate = _r(load * capacity.rate)  # as stored, so a rerun of the cell is exact
             for arm in plan.arms:
                 run_start = time.perf_counter()
-                metrics = run_cell(case, model, settings, arm, rate)
+                metrics = run_cell(case, model, settings, arm, rate, scenario.closed_loop)
                 run_s += time.perf_counter() - run_start
                 results.cells.append({"scenario": scenario_name, "device": device,
                                       "model": model_name, "mode": mode, "load": load,

@@ -64,19 +64,32 @@ def classes_of(cells: Iterable[Cell]) -> list[str]:
     return list(seen)
 
 
+def _setting_line(group: dict[str, Any]) -> str:
+    """The engine, the cache and loop settings, and stock's capacity (with the cache off
+    too, where it is on)."""
+    engine = group["engine"]
+    cached = engine.get("enable_prefix_caching", False)
+    line = (f"Budget {engine['max_num_batched_tokens']} tokens, {engine['max_num_seqs']} "
+            f"sequences, max_model_len {engine['max_model_len']}, block {engine['block_size']}"
+            f", KV cache {engine['kv_cache_tokens']:,} tokens, prefix cache "
+            f"{'on' if cached else 'off'}, "
+            f"{'closed' if group.get('closed_loop') else 'open'}-loop arrivals. Stock's "
+            f"capacity: **{group['capacity_rps']:.2f} req/s**")
+    if "capacity_cache_off_rps" in group:
+        line += f" ({group['capacity_cache_off_rps']:.2f} with the prefix cache off)"
+    return line + "."
+
+
 def group_table(group: dict[str, Any], cells: list[Cell]) -> list[str]:
     stock = _stock(cells)
     classes = classes_of(cells)
-    engine = group["engine"]
+    hits = any("prefix_hit_rate" in c["metrics"] for c in cells)
     lines = [f"### {group['scenario']} · {group['accelerator']} · {group['model']} · "
-             f"{group['mode']}", "",
-             f"Budget {engine['max_num_batched_tokens']} tokens, {engine['max_num_seqs']} "
-             f"sequences, max_model_len {engine['max_model_len']}, block {engine['block_size']}"
-             f", KV cache {engine['kv_cache_tokens']:,} tokens. Stock's capacity: "
-             f"**{group['capacity_rps']:.2f} req/s**.", "",
+             f"{group['mode']}", "", _setting_line(group), "",
              "| load (req/s) | arm | " + " | ".join(name for name, _ in COLUMNS)
-             + " | " + " | ".join(f"P99 TTFT {c}" for c in classes) + " |",
-             "|---|---|" + "---|" * (len(COLUMNS) + len(classes))]
+             + " | " + " | ".join(f"P99 TTFT {c}" for c in classes)
+             + (" | prefix hits" if hits else "") + " |",
+             "|---|---|" + "---|" * (len(COLUMNS) + len(classes) + hits)]
     for cell in cells:
         base = stock[(group_key(cell), cell["load"])]
         if cell["arm"] == STOCK:
@@ -87,6 +100,8 @@ def group_table(group: dict[str, Any], cells: list[Cell]) -> list[str]:
         else:
             values = [_fmt_ratio(ratio(cell, base, m)) for _, m in COLUMNS]
             values += [_fmt_ratio(ratio(cell, base, "p99", c)) for c in classes]
+        if hits:
+            values.append(f"{cell['metrics']['prefix_hit_rate']:.1%}")
         lines.append(f"| {cell['load']:g}x ({cell['rate']:.2f}) | {cell['arm']} | "
                      + " | ".join(values) + " |")
     return lines
