@@ -14,7 +14,8 @@ import pytest
 from fairsched_plugin.bench import traces
 from fairsched_plugin.bench.arms import parse_arm
 from fairsched_plugin.bench.sessions import AgentParams, agent_sessions
-from fairsched_plugin.sim.engine import _ids, simulate, token_ids
+from fairsched_plugin.bench.stand_in_tokens import sequence, token_ids
+from fairsched_plugin.sim.engine import simulate
 from fairsched_plugin.sim.engine_settings import SimSettings
 from fairsched_plugin.sim.step_models import LinearStepModel
 
@@ -24,26 +25,25 @@ SETTINGS = SimSettings(max_num_batched_tokens=2048, max_num_seqs=64, max_model_l
 STEP = LinearStepModel(base_s=0.002, per_token_s=0.00001)
 
 
-def cached_by_oracle(case) -> list[int]:
+def cached_by_oracle(case, block: int = BLOCK) -> list[int]:
     """Each request's cached prompt tokens under a cache that keeps every full block of
     every earlier request's computed tokens (its prompt and all but its last output
-    token, which is sampled and never computed), keyed by the whole prefix it ends; a
-    request computes at least its last prompt token."""
+    token, which is sampled and never computed; a session turn's answer is the one its
+    blocks name), keyed by the whole prefix it ends; a request computes at least its last
+    prompt token."""
     seen: set[tuple[int, ...]] = set()
     cached = []
     for request in case:
         prompt = token_ids(request, 0, request.prompt_tokens)
         k = 0
-        while (k + 1) * BLOCK <= request.prompt_tokens - 1 and tuple(
-                prompt[:(k + 1) * BLOCK]) in seen:
+        while (k + 1) * block <= request.prompt_tokens - 1 and tuple(
+                prompt[:(k + 1) * block]) in seen:
             k += 1
-        cached.append(k * BLOCK)
-        covered = len(request.blocks) * max(request.block_tokens, 1)
+        cached.append(k * block)
         answer = (token_ids(request, request.prompt_tokens, request.output_tokens)
-                  if covered >= request.prompt_tokens + request.output_tokens
-                  else [1] * request.output_tokens)
+                  if request.session else [1] * request.output_tokens)
         computed = prompt + answer[:-1]
-        seen.update(tuple(computed[:j * BLOCK]) for j in range(1, len(computed) // BLOCK + 1))
+        seen.update(tuple(computed[:j * block]) for j in range(1, len(computed) // block + 1))
     return cached
 
 
@@ -102,5 +102,5 @@ def test_agent_sessions_hit_the_shared_system_prompt_and_their_own_history() -> 
 
 def test_differently_named_blocks_share_no_vllm_block() -> None:
     """Stand-in ids are per name: thousands of names, no 16 equal tokens (a false hit)."""
-    starts = {tuple(_ids(f"block-{i}", 0, BLOCK)) for i in range(5000)}
+    starts = {tuple(sequence(f"block-{i}", 0, BLOCK)) for i in range(5000)}
     assert len(starts) == 5000

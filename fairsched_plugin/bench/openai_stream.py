@@ -19,7 +19,7 @@ class StreamedCompletion:
     completion_tokens: int | None
 
 
-def streamed_completion_body(model: str, prompt: str, max_tokens: int) -> dict:
+def streamed_completion_body(model: str, prompt: str | list[int], max_tokens: int) -> dict:
     """A ``/v1/completions`` request for exactly ``max_tokens`` streamed tokens, with a
     final usage chunk that says how many came."""
     return {

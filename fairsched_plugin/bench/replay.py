@@ -21,6 +21,7 @@ import aiohttp
 from tqdm import tqdm
 
 from .openai_stream import sse_payload, streamed_completion_body
+from .stand_in_tokens import prompt_token_ids
 
 
 @dataclass
@@ -38,6 +39,10 @@ class RequestResult:
     finish_s: float | None = None
     output_tokens: int = 0
     error: str | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens the server found in its prefix cache (its usage's
+    ``prompt_tokens_details``, which ``vllm serve`` reports with
+    ``--enable-prompt-tokens-details``); None when it does not say."""
     # The JSON key is "class"; a Python attribute cannot be.
     request_class: str = ""
 
@@ -71,7 +76,7 @@ async def _one(
 ) -> RequestResult:
     result = RequestResult.for_case(case)
     await asyncio.sleep(max(0.0, start + case.arrival_s - time.time()))
-    body = {**streamed_completion_body(model, case.prompt, case.output_tokens),
+    body = {**streamed_completion_body(model, _prompt(case), case.output_tokens),
             "priority": case.tier}
     result.sent_s = time.time() - start
     chunks = 0
@@ -96,6 +101,9 @@ async def _one(
                 usage = payload.get("usage")
                 if usage:
                     result.output_tokens = usage.get("completion_tokens", 0)
+                    details = usage.get("prompt_tokens_details") or {}
+                    if details.get("cached_tokens") is not None:
+                        result.cached_tokens = details["cached_tokens"]
         result.finish_s = time.time() - start
         if result.output_tokens == 0:
             result.output_tokens = chunks
@@ -108,6 +116,15 @@ async def _one(
     finally:
         progress.update(1)
     return result
+
+
+def _prompt(case: Any) -> str | list[int]:
+    """The case's prompt text; for a case that names its shared blocks and has no text,
+    its stand-in token ids, which share exactly what the blocks share (the simulator
+    feeds the same ids to its cache)."""
+    if case.prompt or not getattr(case, "blocks", ()):
+        return case.prompt
+    return prompt_token_ids(case)
 
 
 async def _replay(

@@ -20,7 +20,8 @@ stay bursts. Requests are named ``<trace>-<row>`` (the row in the file, from 0),
 same request keeps its name in every window and rate.
 
 For the simulator only token counts matter and prompts stay empty; for a real server,
-:func:`with_exact_prompts` writes prompts that encode to exactly the recorded counts.
+:func:`with_exact_prompts` writes prompts that encode to exactly the recorded counts, and
+requests that name shared blocks are sent as stand-in token ids sharing those blocks.
 """
 
 from __future__ import annotations
@@ -315,9 +316,14 @@ def with_exact_prompts(requests: Sequence[WorkloadRequest], tokenizer: Tokenizer
                        ) -> list[WorkloadRequest]:
     """The same requests with prompt texts that encode to exactly their token counts
     (special tokens included, as the completions endpoint counts them). Each prompt starts
-    with its request's name, so no two share a cached prefix."""
+    with its request's name, so no two share a cached prefix. Requests that name their
+    shared blocks keep no text: the replay sends their stand-in token ids
+    (``stand_in_tokens``), which share exactly those blocks."""
     out = []
     for number, request in enumerate(requests):
+        if request.blocks:
+            out.append(request)
+            continue
         n = request.prompt_tokens
         words = [f"{request.id}:"]
         words += [_FILLER[(number * 7 + i * 13) % len(_FILLER)] for i in range(2 * n + 8)]

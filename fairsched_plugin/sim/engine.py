@@ -22,15 +22,12 @@ plugin's own step monitor's (or, for stock vLLM, the same monitor driven from he
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -42,6 +39,7 @@ from ..adapter.request_views import has_prefill_work
 from ..adapter.steps import StepMonitor
 from ..bench.arms import STOCK, Arm
 from ..bench.runner import join_trace, read_jsonl
+from ..bench.stand_in_tokens import prompt_token_ids, token_ids
 from ..bench.workloads import WorkloadRequest
 from ..predictor.memory import KvCacheMemory
 from .arrivals import Arrivals
@@ -60,68 +58,6 @@ def engine_request_id(case_id: str) -> str:
     """vLLM's id of a completion as the server forms it (``cmpl-<id>-<choice>``), so the
     trace joins to the case with the benchmark's own ``join_trace``."""
     return f"cmpl-{case_id}-0"
-
-
-VOCAB = 997
-"""Stand-in token ids are 2..VOCAB+1."""
-
-
-def _ids(name: str, start: int, count: int) -> list[int]:
-    """Tokens ``start`` to ``start + count`` of a pseudo-random sequence named ``name``
-    (splitmix64 of a 64-bit seed plus the position): two names give different sequences
-    at every offset, so no 16 tokens of one repeat another's and the prefix cache finds
-    no false sharing (an arithmetic progression mod ``VOCAB`` repeated for one name in
-    ``VOCAB``)."""
-    seed = _seed(name)
-    if count <= 32:  # a sampled token: numpy's per-call cost would dominate
-        return [_mix((seed + i) & _MASK) % VOCAB + 2 for i in range(start, start + count)]
-    with np.errstate(over="ignore"):
-        z = np.arange(start, start + count, dtype=np.uint64) + np.uint64(seed)
-        z += np.uint64(_GOLDEN)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
-        z ^= z >> np.uint64(31)
-    return (z % np.uint64(VOCAB) + np.uint64(2)).tolist()
-
-
-_MASK, _GOLDEN, _M1, _M2 = (1 << 64) - 1, 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _seed(name: str) -> int:
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
-
-
-def _mix(x: int) -> int:
-    """splitmix64's output function, as the numpy path computes it."""
-    z = (x + _GOLDEN) & _MASK
-    z = ((z ^ (z >> 30)) * _M1) & _MASK
-    z = ((z ^ (z >> 27)) * _M2) & _MASK
-    return z ^ (z >> 31)
-
-
-def token_ids(case: WorkloadRequest, start: int, count: int) -> list[int]:
-    """Deterministic stand-in ids of the case's tokens ``start`` to ``start + count`` (its
-    prompt, then its answer): those of its named blocks where it has them (equal names,
-    equal tokens: the prefix cache hits on them as on real shared prefixes), else derived
-    from its id (distinct per request, so a prefix cache finds no false sharing)."""
-    size, blocks = case.block_tokens, case.blocks
-    if not blocks:
-        return _ids(case.id, start, count)
-    ids: list[int] = []
-    position, end = start, start + count
-    while position < end:
-        block, offset = divmod(position, size)
-        take = min(size - offset, end - position)
-        ids += (_ids(blocks[block], offset, take) if block < len(blocks)
-                else _ids(case.id, position, take))
-        position += take
-    return ids
-
-
-def prompt_token_ids(case: WorkloadRequest) -> list[int]:
-    """The stand-in ids of the case's prompt (:func:`token_ids`)."""
-    return token_ids(case, 0, case.prompt_tokens)
 
 
 _hash_ready = False
@@ -246,8 +182,9 @@ def simulate(
     in_flight: _Batch | None = None
     cache_blocks = settings.block_size if settings.enable_prefix_caching else None
     answers: dict[str, WorkloadRequest] = {}
-    """Requests whose named blocks cover their answer: they sample those tokens, so a
-    conversation's next turn finds the answer cached too."""
+    """Session turns, whose named blocks cover their answer: they sample those tokens, so
+    the next turn finds the answer cached too. Other requests' blocks name their prompt
+    only (a trace's hashes): their answers are their own."""
     cpu_start = _cpu()
 
     def complete(batch: _Batch) -> None:
@@ -275,7 +212,7 @@ def simulate(
                     arrivals.done(arrived.id, clock.now)
                 else:
                     scheduler.add_request(make_request(arrived, cache_blocks))
-                    if arrived.blocks:
+                    if arrived.blocks and arrived.session:
                         answers[req_id] = arrived
             upcoming = arrivals.next_time()
             if arrivals.exhausted and stop_at_last_arrival and clock.now >= last_arrival:
