@@ -67,7 +67,7 @@ def run_worker(args: argparse.Namespace) -> None:
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    from fairsched_plugin.bench.workloads import read_case
+    from fairsched_plugin.bench.case_files import read_case
 
     case = read_case(args.case)
     kwargs: dict[str, Any] = {}
@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode == WORKER:
         run_worker(args)
         return
-    from fairsched_plugin.bench.workloads import read_case
+    from fairsched_plugin.bench.case_files import read_case
 
     args.out.mkdir(parents=True, exist_ok=True)
     for old in [*args.out.glob("trace-*.jsonl"), *args.out.glob("*.log")]:

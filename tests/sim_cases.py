@@ -4,7 +4,7 @@ output tokens)."""
 from __future__ import annotations
 
 from fairsched_plugin.bench.pairs import request_class
-from fairsched_plugin.bench.workloads import WorkloadRequest
+from fairsched_plugin.bench.case_files import WorkloadRequest
 
 
 def token_case(specs: list[tuple[float, int, int]]) -> list[WorkloadRequest]:

@@ -10,7 +10,7 @@ import pytest
 
 from fairsched_plugin.bench.arms import parse_arm
 from fairsched_plugin.bench.metrics import summarize_run
-from fairsched_plugin.bench.workloads import WorkloadRequest
+from fairsched_plugin.bench.case_files import WorkloadRequest
 from fairsched_plugin.sim.engine import simulate
 from fairsched_plugin.sim.engine_settings import SimSettings, SimulationStalled
 from fairsched_plugin.sim.step_models import LinearStepModel, parse_step_model

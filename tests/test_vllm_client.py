@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fairsched_plugin.bench import vllm_client
-from fairsched_plugin.bench.workloads import WorkloadRequest
+from fairsched_plugin.bench import case_files, vllm_client
+from fairsched_plugin.bench.case_files import WorkloadRequest
 
 
 def case(arrivals):
@@ -20,9 +20,9 @@ def case(arrivals):
 
 
 def test_mean_rate_is_requests_over_the_arrival_span():
-    assert vllm_client.mean_rate(case([0.0, 0.5, 1.0, 2.0])) == pytest.approx(1.5)
+    assert case_files.mean_rate(case([0.0, 0.5, 1.0, 2.0])) == pytest.approx(1.5)
     with pytest.raises(ValueError):
-        vllm_client.mean_rate(case([1.0]))
+        case_files.mean_rate(case([1.0]))
 
 
 def test_command_replays_the_case_in_order_with_exact_lengths(tmp_path: Path):

@@ -14,7 +14,13 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("ijson")
 
-from fairsched_plugin.bench import workloads  # noqa: E402
+from fairsched_plugin.bench import case_files, workloads  # noqa: E402
+from fairsched_plugin.bench.case_files import (  # noqa: E402
+    CaseFormatError,
+    WorkloadRequest,
+    read_case,
+    write_case,
+)
 from fairsched_plugin.bench.pairs import (  # noqa: E402
     PairPool,
     assign_tiers,
@@ -26,17 +32,13 @@ from fairsched_plugin.bench.pairs import (  # noqa: E402
 )
 from fairsched_plugin.bench.workloads import (  # noqa: E402
     WORKLOADS,
-    CaseFormatError,
-    WorkloadRequest,
     build_workload,
     clustered_arrivals,
     fixed_gap_arrivals,
     flash_crowd_arrivals,
     phased_poisson_arrivals,
     poisson_arrivals,
-    read_case,
     split_counts,
-    write_case,
 )
 
 WORDS = (
@@ -213,7 +215,7 @@ def test_case_round_trip(tmp_path: Path) -> None:
     write_case(tmp_path / "case.jsonl", requests)
     assert read_case(tmp_path / "case.jsonl") == requests
     line = json.loads(requests[0].to_json())
-    assert list(line) == list(workloads.CASE_KEYS)
+    assert list(line) == list(case_files.CASE_KEYS)
     assert line["class"] == "short"
 
 

@@ -13,6 +13,7 @@ from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
 from ..config import ENV_PREFIX, SERVICE_MODES
 from ..user_files import output_dir
 from .arms import ARMS_HELP, parse_arms
+from .case_files import WorkloadRequest, case_summary, read_case, write_case
 from .pairs import PairPool, load_tokenizer, read_pool, write_pool
 from .report import analyse_runs, render_markdown, write_report
 from .runner import EngineSettings, run_external, run_matrix
@@ -20,13 +21,9 @@ from .server import add_engine_limit_arguments
 from .traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
 from .workloads import (
     WORKLOADS,
-    WorkloadRequest,
     add_pool_arguments,
     build_pool_from_args,
     build_workload_from_args,
-    case_summary,
-    read_case,
-    write_case,
 )
 
 

@@ -139,6 +139,22 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         raise ValueError(f"{file}: not a tokenizer.json ({exc})") from None
 
 
+def cut_to_tokens(tokenizer: Tokenizer, text: str, n: int, search: int = 4) -> str | None:
+    """A prefix of ``text`` that encodes to exactly ``n`` tokens (special tokens
+    included), or None. Cutting at token ``n``'s end offset is usually exact; at a
+    merge or a split multi-byte character it is not, so nearby cut points are tried."""
+    encoding = tokenizer.encode(text)
+    if len(encoding.ids) < n:
+        return None
+    for delta in sorted(range(-search, search + 1), key=abs):
+        k = n + delta
+        if 1 <= k <= len(encoding.ids):
+            prefix = text[: encoding.offsets[k - 1][1]]
+            if len(tokenizer.encode(prefix).ids) == n:
+                return prefix
+    return None
+
+
 def iter_raw_pairs(
     conversations: Iterable[list[dict[str, str]]],
 ) -> Iterator[RawPair]:

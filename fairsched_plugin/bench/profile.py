@@ -34,8 +34,8 @@ from ..user_files import output_file
 from .server import add_engine_limit_arguments
 
 if TYPE_CHECKING:
+    from .case_files import WorkloadRequest
     from .pairs import PairPool
-    from .workloads import WorkloadRequest
 
 
 @dataclass(frozen=True)

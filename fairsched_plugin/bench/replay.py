@@ -48,7 +48,7 @@ class RequestResult:
 
     @classmethod
     def for_case(cls, case: Any) -> RequestResult:
-        """The record of one case request (a ``workloads.WorkloadRequest``), not yet sent."""
+        """The record of one case request (a ``case_files.WorkloadRequest``), not yet sent."""
         return cls(id=case.id, category=case.category, tier=case.tier,
                    prompt_tokens=case.prompt_tokens, target_output_tokens=case.output_tokens,
                    arrival_s=case.arrival_s, request_class=case.request_class)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .case_files import WorkloadRequest
 from .pairs import Pair, request_class
-from .workloads import WorkloadRequest
 
 SESSION_BLOCK_TOKENS = 256
 """Tokens per named block of a session (a multiple of vLLM's block sizes, 16 and 128)."""

@@ -16,7 +16,7 @@ import hashlib
 
 import numpy as np
 
-from .workloads import WorkloadRequest
+from .case_files import WorkloadRequest
 
 VOCAB = 997
 """Stand-in token ids are 2..VOCAB+1."""

@@ -40,10 +40,9 @@ from tokenizers import Tokenizer
 
 from ..cli_types import at_least
 from ..user_files import read_text
-from .pairs import request_class
+from .case_files import CaseFormatError, WorkloadRequest, mean_rate
+from .pairs import cut_to_tokens, request_class
 from .sessions import session_blocks
-from .vllm_client import mean_rate
-from .workloads import CaseFormatError, WorkloadRequest, cut_to_tokens
 
 LAYOUTS: tuple[tuple[str, str, str], ...] = (
     ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
@@ -286,7 +285,7 @@ def trace_case(rows: Sequence[TraceRow], name: str, rate: float | None = None
 
 def at_rate(case: Sequence[WorkloadRequest], rate: float) -> list[WorkloadRequest]:
     """``case`` with its arrivals from 0, every gap scaled by one factor so its mean rate
-    (``vllm_client.mean_rate``) is ``rate`` requests/s."""
+    (``case_files.mean_rate``) is ``rate`` requests/s."""
     scale = mean_rate(case) / rate
     first = case[0].arrival_s
     return [replace(r, arrival_s=(r.arrival_s - first) * scale) for r in case]

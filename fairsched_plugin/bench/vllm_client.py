@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .workloads import WorkloadRequest, write_vllm_custom
+from .case_files import WorkloadRequest, mean_rate, write_vllm_custom
 
 RESULT_FILE = "vllm-bench.json"
 METRICS = {
@@ -32,14 +32,6 @@ METRICS = {
     "output_tokens": "total_output_tokens",
 }
 """Report name -> key in ``vllm bench serve``'s saved result."""
-
-
-def mean_rate(case: Sequence[WorkloadRequest]) -> float:
-    """Requests per second over the case's arrival span (its offered load)."""
-    span = max(r.arrival_s for r in case) - min(r.arrival_s for r in case)
-    if len(case) < 2 or span <= 0:
-        raise ValueError("a case needs at least two requests at different times")
-    return (len(case) - 1) / span
 
 
 def command(base_url: str, model: str, tokenizer: str, dataset: Path, case_size: int,

@@ -1,9 +1,11 @@
-"""Workload cases: the JSON Lines format, arrival processes and the named workloads.
+"""The named synthetic workloads: arrival processes, parameters, generators and the
+``WORKLOADS`` registry.
 
-A case is what one benchmark run replays: one request per line, each with its arrival
-offset, prompt and target output length. Every named workload is a seeded generator
-over a ShareGPT pair pool (``fairsched_plugin.bench.pairs``): the same pool and seed
-give the identical case, so every policy in a comparison sees the same traffic.
+Every named workload is a seeded generator over a ShareGPT pair pool
+(``fairsched_plugin.bench.pairs``) that returns a case (``bench.case_files``: one
+``WorkloadRequest`` per request, with its arrival offset, prompt and target output
+length): the same pool and seed give the identical case, so every policy in a comparison
+sees the same traffic. Production traces are in ``bench.traces``.
 
 Workloads (defaults sized for one GPU serving a small model; ``WORKLOADS`` holds them):
 
@@ -58,9 +60,8 @@ Details that hold for every workload:
   drawn prompts stay the same. Use about 0.1 for the tiny CPU engine.
 - ``max_prompt_tokens`` / ``max_output_tokens`` leave pairs above the cap out of the
   draw, so lengths stay as ShareGPT has them (seed 000's Aging runs: 512 / 512).
-- ``output_tokens`` is the pair's response length; the replay sends it as
-  ``max_tokens`` with ``ignore_eos``. Prompt token counts include the BOS the
-  completions endpoint adds, so they are the counts the engine reports.
+- ``output_tokens`` is the pair's response length and ``prompt_tokens`` the pool's
+  count, the BOS included (see ``bench.case_files`` for what the replay does with them).
 - ``apc_mix`` prompts are ShareGPT prompts cut, with the served tokenizer, to a
   length drawn uniformly from the range, verified by re-encoding. Long requests are
   ``round(n / 50)`` of ``n``, placed at random. Output lengths are drawn from the
@@ -70,12 +71,11 @@ Details that hold for every workload:
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -83,170 +83,22 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from fairsched_plugin.sharegpt import iter_conversations
-from fairsched_plugin.bench.pairs import (
+from ..cli_types import positive_float, positive_int
+from ..sharegpt import iter_conversations
+from ..user_files import output_file
+from .case_files import WorkloadRequest, case_summary, read_case, write_case, write_vllm_custom
+from .pairs import (
     DEFAULT_MAX_TOKENS,
     REQUEST_CLASSES,
     Pair,
     PairPool,
     build_pool,
+    cut_to_tokens,
     load_tokenizer,
     read_pool,
-    request_class,
     write_pool,
 )
-from fairsched_plugin.cli_types import positive_float, positive_int
-from fairsched_plugin.user_files import output_file, read_text
-
-# --------------------------------------------------------------------------- case format
-
-CASE_KEYS = (
-    "id",
-    "arrival_s",
-    "prompt",
-    "prompt_tokens",
-    "output_tokens",
-    "tier",
-    "class",
-    "category",
-)
-OPTIONAL_CASE_KEYS = ("blocks", "block_tokens", "session", "turn")
-"""Written only where a request has them (a trace that names its blocks or sessions)."""
-
-
-class CaseFormatError(ValueError):
-    """A case line that is not a valid request; the message names the key."""
-
-
-@dataclass(frozen=True)
-class WorkloadRequest:
-    """One request of a case. ``request_class`` is the JSON key ``class``.
-
-    ``blocks``: where the workload knows which prompts share a prefix, the names of this
-    request's blocks of ``block_tokens`` tokens (the last one partial), over its prompt
-    and, for a conversation's turn, its answer (the next turn repeats both): equal names
-    are equal tokens, so the simulator's prefix cache hits where a real one would."""
-
-    id: str
-    arrival_s: float
-    prompt: str
-    prompt_tokens: int
-    output_tokens: int
-    tier: int
-    request_class: str
-    category: str
-    blocks: tuple[str, ...] = ()
-    block_tokens: int = 0
-    session: str = ""
-    """The conversation this request is a turn of (``turn``, from 1); "" for none."""
-    turn: int = 0
-
-    def to_json(self) -> str:
-        """One JSON Lines line (without the newline), keys in ``CASE_KEYS`` order."""
-        record = asdict(self)
-        record["class"] = record.pop("request_class")
-        keys = (CASE_KEYS + (OPTIONAL_CASE_KEYS[:2] if self.blocks else ())
-                + (OPTIONAL_CASE_KEYS[2:] if self.session else ()))
-        return json.dumps({key: record[key] for key in keys}, ensure_ascii=False)
-
-    @classmethod
-    def from_json(cls, text: str) -> WorkloadRequest:
-        """Parse and validate one line; ``CaseFormatError`` names the offending key."""
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CaseFormatError(f"not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise CaseFormatError("a request must be a JSON object")
-        missing = [key for key in CASE_KEYS if key not in record]
-        if missing:
-            raise CaseFormatError(f"missing key(s) {', '.join(map(repr, missing))}")
-        unknown = sorted(set(record) - set(CASE_KEYS) - set(OPTIONAL_CASE_KEYS))
-        if unknown:
-            raise CaseFormatError(f"unknown key(s) {', '.join(map(repr, unknown))}")
-        _check_case_values(record)
-        return cls(
-            id=record["id"],
-            arrival_s=float(record["arrival_s"]),
-            prompt=record["prompt"],
-            prompt_tokens=record["prompt_tokens"],
-            output_tokens=record["output_tokens"],
-            tier=record["tier"],
-            request_class=record["class"],
-            category=record["category"],
-            blocks=tuple(record.get("blocks", ())),
-            block_tokens=record.get("block_tokens", 0),
-            session=record.get("session", ""),
-            turn=record.get("turn", 0),
-        )
-
-
-def _check_case_values(record: dict[str, Any]) -> None:
-    def bad(key: str, expected: str) -> CaseFormatError:
-        return CaseFormatError(f"key {key!r} must be {expected}, got {record[key]!r}")
-
-    def is_int(value: object) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    for key in ("id", "category"):
-        if not (isinstance(record[key], str) and record[key]):
-            raise bad(key, "a non-empty string")
-    if not isinstance(record["prompt"], str):
-        raise bad("prompt", "a string")
-    arrival = record["arrival_s"]
-    if not (is_int(arrival) or isinstance(arrival, float)) or not 0 <= arrival < math.inf:
-        raise bad("arrival_s", "a finite number >= 0")
-    for key in ("prompt_tokens", "output_tokens"):
-        if not (is_int(record[key]) and record[key] >= 1):
-            raise bad(key, "an integer >= 1")
-    if not is_int(record["tier"]):
-        raise bad("tier", "an integer")
-    blocks, size = record.get("blocks", []), record.get("block_tokens", 0)
-    if ("blocks" in record) != ("block_tokens" in record):
-        raise CaseFormatError("keys 'blocks' and 'block_tokens' come together")
-    if not (isinstance(blocks, list) and all(isinstance(b, str) for b in blocks)):
-        raise bad("blocks", "a list of strings")
-    if "blocks" in record and not (is_int(size) and size >= 1
-                                   and len(blocks) * size >= record["prompt_tokens"]):
-        raise bad("block_tokens", "an integer >= 1 whose blocks cover the prompt")
-    if ("session" in record) != ("turn" in record):
-        raise CaseFormatError("keys 'session' and 'turn' come together")
-    if "session" in record and not (isinstance(record["session"], str) and record["session"]
-                                    and is_int(record["turn"]) and record["turn"] >= 1):
-        raise bad("session", "a non-empty string beside an integer 'turn' >= 1")
-    if record["class"] != request_class(record["prompt_tokens"]):
-        raise bad("class", f"{request_class(record['prompt_tokens'])!r} for "
-                           f"{record['prompt_tokens']} prompt tokens")
-
-
-def write_case(path: Path, requests: Iterable[WorkloadRequest]) -> None:
-    """Write a case as JSON Lines."""
-    with open(path, "w", encoding="utf-8") as f:
-        for request in requests:
-            f.write(request.to_json() + "\n")
-
-
-def read_case(path: Path) -> list[WorkloadRequest]:
-    """Read and validate a case; errors name the file, the line and the key."""
-    requests: list[WorkloadRequest] = []
-    seen: dict[str, int] = {}
-    # Lines as a file opened in text mode gives them (str.splitlines would also split at
-    # a U+2028 in a prompt).
-    lines = io.StringIO(read_text(path, CaseFormatError), newline=None)
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            request = WorkloadRequest.from_json(line)
-        except CaseFormatError as exc:
-            raise CaseFormatError(f"{path}:{number}: {exc}") from None
-        if request.id in seen:
-            raise CaseFormatError(
-                f"{path}:{number}: key 'id' {request.id!r} repeats line {seen[request.id]}"
-            )
-        seen[request.id] = number
-        requests.append(request)
-    return requests
+from .traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
 
 
 # ------------------------------------------------------------------- arrival processes
@@ -681,22 +533,6 @@ def _cut_pair(
     )
 
 
-def cut_to_tokens(tokenizer: Tokenizer, text: str, n: int, search: int = 4) -> str | None:
-    """A prefix of ``text`` that encodes to exactly ``n`` tokens (special tokens
-    included), or None. Cutting at token ``n``'s end offset is usually exact; at a
-    merge or a split multi-byte character it is not, so nearby cut points are tried."""
-    encoding = tokenizer.encode(text)
-    if len(encoding.ids) < n:
-        return None
-    for delta in sorted(range(-search, search + 1), key=abs):
-        k = n + delta
-        if 1 <= k <= len(encoding.ids):
-            prefix = text[: encoding.offsets[k - 1][1]]
-            if len(tokenizer.encode(prefix).ids) == n:
-                return prefix
-    return None
-
-
 # --------------------------------------------------------------------------- registry
 
 
@@ -895,20 +731,6 @@ def describe(workload: Workload) -> str:
     return "\n".join(lines)
 
 
-def case_summary(requests: Sequence[WorkloadRequest]) -> str:
-    """One line: count, time span, mean rate, class counts, mean lengths."""
-    if not requests:
-        return "0 requests"
-    span = requests[-1].arrival_s - requests[0].arrival_s
-    classes = {cls: sum(r.request_class == cls for r in requests) for cls in REQUEST_CLASSES}
-    rate = f"{(len(requests) - 1) / span:.2f} req/s" if span > 0 else "all at once"
-    return (
-        f"{len(requests)} requests over {span:.1f} s ({rate}); classes {classes}; "
-        f"mean prompt {np.mean([r.prompt_tokens for r in requests]):.0f} tokens, "
-        f"mean output {np.mean([r.output_tokens for r in requests]):.0f} tokens"
-    )
-
-
 # -------------------------------------------------------------------------------- CLI
 
 
@@ -946,8 +768,6 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                     "window of a production trace.")
     what = build.add_mutually_exclusive_group(required=True)
     what.add_argument("--name", choices=list(WORKLOADS), help="a generated workload")
-    from .traces import add_trace_arguments
-
     add_trace_arguments(build, what)
     source = build.add_mutually_exclusive_group()
     source.add_argument("--model-dir", type=Path,
@@ -1033,20 +853,6 @@ def pool_from_args(args: argparse.Namespace) -> PairPool:
     return pool
 
 
-def vllm_custom_rows(requests: Sequence[WorkloadRequest]) -> list[dict[str, Any]]:
-    """Rows for ``vllm bench serve --dataset-name custom``: it reads only the prompt and
-    the output length, so arrival times and tiers do not carry over."""
-    return [{"prompt": r.prompt, "output_tokens": r.output_tokens} for r in requests]
-
-
-def write_vllm_custom(path: Path, requests: Sequence[WorkloadRequest]) -> int:
-    """Write ``requests`` as ``vllm bench serve``'s custom dataset (JSON Lines); returns
-    how many rows were written."""
-    rows = vllm_custom_rows(requests)
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return len(rows)
-
-
 def main_export_vllm(args: argparse.Namespace) -> int:
     """CLI entry: convert a case for ``vllm bench serve``."""
     try:
@@ -1098,8 +904,6 @@ def build_workload_from_args(
 def main_build(args: argparse.Namespace) -> int:
     """CLI entry: build (or read) the pool and generate the case, or cut the trace's
     window; write it."""
-    from .traces import check_trace_arguments, trace_cases_from_args
-
     try:
         check_trace_arguments(args)
         output_file(args.out)  # before a pool is tokenized, which takes minutes

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..bench.workloads import WorkloadRequest
+from ..bench.case_files import WorkloadRequest
 
 
 class Arrivals:

@@ -23,14 +23,10 @@ from ..bench.cli import (
     workload_label,
     write_cases,
 )
+from ..bench.case_files import case_summary, read_case
 from ..bench.report import analyse_runs, render_markdown, write_report
 from ..bench.traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
-from ..bench.workloads import (
-    WORKLOADS,
-    add_pool_arguments,
-    case_summary,
-    read_case,
-)
+from ..bench.workloads import WORKLOADS, add_pool_arguments
 from ..cli_types import positive_float, positive_int
 from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR

@@ -40,7 +40,7 @@ from ..adapter.steps import StepMonitor
 from ..bench.arms import STOCK, Arm
 from ..bench.runner import join_trace, read_jsonl
 from ..bench.stand_in_tokens import prompt_token_ids, token_ids
-from ..bench.workloads import WorkloadRequest
+from ..bench.case_files import WorkloadRequest
 from ..predictor.memory import KvCacheMemory
 from .arrivals import Arrivals
 from .batch import SimBatch

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..bench.arms import Arm
 from ..bench.runner import slug
-from ..bench.workloads import WorkloadRequest
+from ..bench.case_files import WorkloadRequest
 from .engine import SimRun, Timing, simulate
 from .engine_settings import SimSettings
 from .step_models import StepModel

@@ -42,7 +42,8 @@ import numpy as np
 from ..bench.pairs import PairPool, build_pool, read_pool, request_class, write_pool
 from ..bench.sessions import agent_sessions, chat_sessions
 from ..bench.traces import read_trace, trace_case, window
-from ..bench.workloads import WorkloadRequest, build_workload
+from ..bench.case_files import WorkloadRequest
+from ..bench.workloads import build_workload
 from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
 
 LONG_EVERY = 40
