@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("ijson")
 
-from fairsched_plugin.bench import case_files, workloads  # noqa: E402
+from fairsched_plugin.bench import case_files, workload_cli  # noqa: E402
 from fairsched_plugin.bench.case_files import (  # noqa: E402
     CaseFormatError,
     WorkloadRequest,
@@ -399,7 +399,7 @@ def test_bad_names_and_parameters_are_named(pool: PairPool) -> None:
 
 def run_cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    workloads.add_cli(parser.add_subparsers(dest="command", required=True))
+    workload_cli.add_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)
 
@@ -443,7 +443,7 @@ def test_export_for_vllm_bench_serve_keeps_prompt_and_output_length(tmp_path):
     case = tmp_path / "case.jsonl"
     write_case(case, requests)
     out = tmp_path / "vllm.jsonl"
-    assert workloads.main_export_vllm(argparse.Namespace(case=case, out=out)) == 0
+    assert workload_cli.main_export_vllm(argparse.Namespace(case=case, out=out)) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows == [{"prompt": "hello there", "output_tokens": 7},
                     {"prompt": "second", "output_tokens": 9}]

@@ -19,12 +19,8 @@ from .report import analyse_runs, render_markdown, write_report
 from .runner import EngineSettings, run_external, run_matrix
 from .server import add_engine_limit_arguments
 from .traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
-from .workloads import (
-    WORKLOADS,
-    add_pool_arguments,
-    build_pool_from_args,
-    build_workload_from_args,
-)
+from .workload_cli import add_pool_arguments, build_pool_from_args, build_workload_from_args
+from .workloads import WORKLOADS
 
 
 

@@ -91,7 +91,7 @@ class RowCounter:
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     # The server, replay and model-building code loads only when the command runs.
     from ..model.tiny import DEFAULT_MODEL_DIR
-    from .workloads import add_pool_arguments
+    from .workload_cli import add_pool_arguments
 
     profile = subparsers.add_parser(
         "profile",

@@ -26,7 +26,8 @@ from ..bench.cli import (
 from ..bench.case_files import case_summary, read_case
 from ..bench.report import analyse_runs, render_markdown, write_report
 from ..bench.traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
-from ..bench.workloads import WORKLOADS, add_pool_arguments
+from ..bench.workload_cli import add_pool_arguments
+from ..bench.workloads import WORKLOADS
 from ..cli_types import positive_float, positive_int
 from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR
