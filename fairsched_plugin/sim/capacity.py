@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from ..bench.arms import STOCK, Arm
-from ..bench.case_files import WorkloadRequest
 from ..bench.traces import at_rate
+from ..bench.workloads import WorkloadRequest
 from ..config import ConfigError
 from ..user_files import output_file
 from .cli import add_engine_arguments, case_loader, settings_from_args
@@ -100,19 +100,16 @@ class BacklogProbe:
 
 
 def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
-                  settings: SimSettings, tolerance: float = 0.02,
-                  closed_loop: bool = False) -> Capacity:
+                  settings: SimSettings, tolerance: float = 0.02) -> Capacity:
     """Stock's saturated completion rate, checked once at ``COLLAPSE_LOAD`` x of it with
     the window's own gaps. Where stock still keeps up there, saturation made it lose
     throughput (all of a short-prompt window running at once, preempting), so the
     capacity is instead the highest rate at which its backlog does not grow, bisected to
-    ``tolerance``. ``closed_loop``: sessions replayed as ``sim.arrivals`` does (queued at
-    once, each session's turns then follow one another without a pause)."""
-    saturated = saturated_rate(case, step_model, settings, closed_loop)
+    ``tolerance``."""
+    saturated = saturated_rate(case, step_model, settings)
 
     def keeps_up(rate: float) -> bool:
-        return backlog_check(case, rate, 1.0, step_model, settings,
-                             closed_loop=closed_loop).backlog_growth <= KEEPS_UP
+        return backlog_check(case, rate, 1.0, step_model, settings).backlog_growth <= KEEPS_UP
 
     low = COLLAPSE_LOAD * saturated.rate
     if not keeps_up(low):
@@ -127,13 +124,12 @@ def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
 
 
 def saturated_rate(case: Sequence[WorkloadRequest], step_model: StepModel,
-                   settings: SimSettings, closed_loop: bool = False) -> Capacity:
+                   settings: SimSettings) -> Capacity:
     """Stock's completion rate with the whole window queued at once (module docstring)."""
     from .engine import simulate
 
     queued = [replace(r, arrival_s=0.0) for r in case]
-    result = simulate(Arm(STOCK, {}), queued, step_model, settings, None,
-                      closed_loop=closed_loop)
+    result = simulate(Arm(STOCK, {}), queued, step_model, settings, None)
     rows = [r for r in result.run["requests"] if r["error"] is None]
     if len(rows) < 2:
         raise WindowTooSmall(f"the window has {len(rows)} servable request(s); capacity "
@@ -168,8 +164,8 @@ def _peak_running(admitted: np.ndarray, finished: np.ndarray) -> int:
 
 
 def backlog_check(case: Sequence[WorkloadRequest], capacity: float, load: float,
-                  step_model: StepModel, settings: SimSettings, bins: int = 10,
-                  closed_loop: bool = False) -> BacklogProbe:
+                  step_model: StepModel, settings: SimSettings, bins: int = 10
+                  ) -> BacklogProbe:
     """Replay the window at ``load`` x ``capacity`` up to its last arrival and measure
     whether stock's backlog grows (the check of the capacity against its definition)."""
     from .engine import simulate
@@ -177,9 +173,9 @@ def backlog_check(case: Sequence[WorkloadRequest], capacity: float, load: float,
     rate = load * capacity
     scaled = at_rate(case, rate)
     result = simulate(Arm(STOCK, {}), scaled, step_model, settings, None,
-                      stop_at_last_arrival=True, closed_loop=closed_loop)
+                      stop_at_last_arrival=True)
     rows = [r for r in result.run["requests"] if r["error"] is None]
-    end = max(r["arrival_s"] for r in rows)  # under closed loop, later than recorded
+    end = scaled[-1].arrival_s
     arrived = np.sort([r["arrival_s"] for r in rows])
     first = np.sort([r["first_token_s"] if r["first_token_s"] is not None else np.inf
                      for r in rows])

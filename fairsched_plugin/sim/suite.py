@@ -181,7 +181,10 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
         progress(f"[group {g}/{len(groups)}] {label}: budget "
                  f"{settings.max_num_batched_tokens}, {settings.max_num_seqs} sequences; "
                  "finding stock's capacity")
-        capacity = find_capacity(case, model, settings, closed_loop=scenario.closed_loop)
+        # A closed loop cannot overload the engine (each session waits for its answers):
+        # the capacity is that of the same requests open loop, so open- and closed-loop
+        # replays of one scenario run at the same rates.
+        capacity = find_capacity(case, model, settings)
         progress(f"  capacity {capacity.rate:.2f} req/s")
         group = {
             "scenario": scenario_name, "device": device, "model": model_name, "mode": mode,
@@ -190,8 +193,7 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
             "capacity_rps": _r(capacity.rate), "capacity": asdict(capacity),
         }
         if settings.enable_prefix_caching:
-            without = find_capacity(case, model, replace(settings, enable_prefix_caching=False),
-                                    closed_loop=scenario.closed_loop)
+            without = find_capacity(case, model, replace(settings, enable_prefix_caching=False))
             progress(f"  capacity with the prefix cache off {without.rate:.2f} req/s")
             group["capacity_cache_off_rps"] = _r(without.rate)
         results.groups.append(group)
