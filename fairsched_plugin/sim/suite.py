@@ -29,7 +29,7 @@ from ..config import ConfigError, FairschedConfig
 from ..extras import available, note_no_plots
 from ..user_files import output_dir
 from . import analytic
-from .capacity import find_capacity
+from .capacity import Capacity, find_capacity
 from .devices import DEVICES, serve_defaults
 from .hardware import MODEL_CONFIGS, accelerator, model_config
 from .scenarios import SCENARIOS, Scenario
@@ -172,6 +172,19 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
     total_runs = len(groups) * len(plan.loads) * len(plan.arms)
     done_runs, run_s, started = 0, 0.0, time.perf_counter()
     cases: dict[str, list[Any]] = {}
+    capacities: dict[tuple[Any, ...], Capacity] = {}
+    """By requests and engine: open- and closed-loop replays of one case share theirs."""
+
+    def capacity_of(scenario: Scenario, case: list[Any], model: AnalyticStepModel,
+                    settings: SimSettings, key: tuple[str, ...]) -> Capacity:
+        # A closed loop cannot overload the engine (each session waits for its answers):
+        # the capacity is that of the same requests open loop, so open- and closed-loop
+        # replays of one scenario run at the same rates.
+        full_key = (scenario.build, *key, settings)
+        if full_key not in capacities:
+            capacities[full_key] = find_capacity(case, model, settings)
+        return capacities[full_key]
+
     for g, (scenario_name, device, model_name, mode) in enumerate(groups, start=1):
         scenario = SCENARIOS[scenario_name]
         case = cases.setdefault(scenario_name, scenario.build(plan.num_requests))
@@ -181,10 +194,8 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
         progress(f"[group {g}/{len(groups)}] {label}: budget "
                  f"{settings.max_num_batched_tokens}, {settings.max_num_seqs} sequences; "
                  "finding stock's capacity")
-        # A closed loop cannot overload the engine (each session waits for its answers):
-        # the capacity is that of the same requests open loop, so open- and closed-loop
-        # replays of one scenario run at the same rates.
-        capacity = find_capacity(case, model, settings)
+        key = (device, model_name, mode)
+        capacity = capacity_of(scenario, case, model, settings, key)
         progress(f"  capacity {capacity.rate:.2f} req/s")
         group = {
             "scenario": scenario_name, "device": device, "model": model_name, "mode": mode,
@@ -193,7 +204,8 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
             "capacity_rps": _r(capacity.rate), "capacity": asdict(capacity),
         }
         if settings.enable_prefix_caching:
-            without = find_capacity(case, model, replace(settings, enable_prefix_caching=False))
+            without = capacity_of(scenario, case, model,
+                                  replace(settings, enable_prefix_caching=False), key)
             progress(f"  capacity with the prefix cache off {without.rate:.2f} req/s")
             group["capacity_cache_off_rps"] = _r(without.rate)
         results.groups.append(group)
