@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from ..bench.arms import STOCK, Arm
+from ..bench.case_files import WorkloadRequest
 from ..bench.traces import at_rate
-from ..bench.workloads import WorkloadRequest
 from ..config import ConfigError
 from ..user_files import output_file
 from .cli import add_engine_arguments, case_loader, settings_from_args
