@@ -24,8 +24,8 @@ USER_PAGES = sorted(
 LINKED_PAGES = [*USER_PAGES, ROOT / "CONTRIBUTING.md", ROOT / "benchmarks/results/README.md"]
 
 HISTORY_WORDS = {
-    # (A trace's `session` field, in code, is not one.)
-    "a session": re.compile(r"(?<!`)\bsessions?\b(?!`)", re.IGNORECASE),
+    # (A trace's `session` field and a `chat-sessions-open` scenario, in code, are not one.)
+    "a session": re.compile(r"(?<![`\w-])sessions?(?![`\w-])", re.IGNORECASE),
     "an issue number": re.compile(r"\bissues? #?\d+", re.IGNORECASE),
     "a day's luck": re.compile(r"\b(faster|slower|quieter|busier) day\b", re.IGNORECASE),
     "a development round": re.compile(r"\b[a-z][a-z0-9-]*-s\d{2}b?\b"),
