@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 
 import pytest
@@ -384,3 +385,20 @@ def test_the_default_has_lprs_and_apc_with_the_built_in_model_and_fcfs_has_neith
     control = make_scheduler(FairSyncScheduler, config_only_model, async_scheduling=False,
                              additional_config={"fairsched": {"policy": "fcfs"}})
     assert control._chunk_rule is None
+
+
+def test_the_automatic_target_is_predicted_once_the_built_in_model_has_learned(
+        config_only_model):
+    """No preset for this CPU: the target is NaN at first, and the online correction of
+    those first steps must not turn the bias into NaN (it would keep every prediction,
+    the target and so LPRS off for good)."""
+    engine = _engine(config_only_model, None)  # the default, LPRS and APC on
+    rule = engine.scheduler._chunk_rule
+    engine.add([make_request(f"r{i}", 600, 40, arrival_time=1.0 + i) for i in range(6)])
+    for step in range(200):
+        engine.model_time_s = 0.004 + 0.0002 * (step % 7)  # a little variation to fit
+        if not engine.scheduler.has_unfinished_requests():
+            break
+        engine.step()
+    assert math.isfinite(rule.bias_ms)
+    assert rule.params.target_ms > 0

@@ -469,7 +469,10 @@ class LatencyChunkRule:
         if row is not None:
             self.predictor.observe(row, measured_ms)
         gap = measured_ms - predicted
-        limit = self.params.target_ms if self.params is not None else abs(gap)
+        # An automatic target not predicted yet is NaN, and would make the bias NaN.
+        limit = (self.params.target_ms
+                 if self.params is not None and math.isfinite(self.params.target_ms)
+                 else abs(gap))
         self.bias_ms += self.correction * (max(-limit, min(gap, limit)) - self.bias_ms)
         if self.guard is None:
             return
