@@ -143,3 +143,38 @@ def test_capacity_and_simulate_take_a_trace(tmp_path: Path,
     config = json.loads((tmp_path / "sim" / "config.json").read_text())
     assert config["engine"]["async_scheduling"] is True
     assert config["workload"] == f"trace {trace}"
+
+
+PREFIX_RESULTS = RESULTS.parent / "2026-12-06-prefix-cache"
+
+
+@pytest.mark.parametrize("folder", ["chat", "mooncake"])
+def test_the_committed_prefix_cache_tables_render_from_their_results(
+        folder: str, tmp_path: Path) -> None:
+    from fairsched_plugin.cli import main
+
+    shutil.copy(PREFIX_RESULTS / folder / "results.json", tmp_path / "results.json")
+    assert main(["suite", "--render", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "suite.md").read_text() == (
+        PREFIX_RESULTS / folder / "suite.md").read_text()
+
+
+def test_a_committed_open_loop_conversation_cell_reproduces_exactly() -> None:
+    """The default at 1.3x on chat-sessions-open: the cell where the order matters, its
+    prefix cache on and its hit rate among the figures."""
+    from fairsched_plugin.sim.hardware import accelerator, model_config
+    from fairsched_plugin.sim.scenarios import SCENARIOS
+    from fairsched_plugin.sim.step_models import AnalyticStepModel
+    from fairsched_plugin.sim.suite import group_settings, run_cell
+
+    results = json.loads((PREFIX_RESULTS / "chat" / "results.json").read_text())
+    key = ("chat-sessions-open", "h100", "qwen3-8b", "async")
+    scenario = SCENARIOS[key[0]]
+    model = AnalyticStepModel(model_config(key[2]), accelerator(key[1]), key[1])
+    settings = group_settings(scenario, key[1], model, key[3])
+    cell = next(c for c in results["cells"]
+                if (c["scenario"], c["device"], c["model"], c["mode"]) == key
+                and c["load"] == 1.3 and c["arm"] == results["meta"]["default_policy"])
+    case = scenario.build(results["plan"]["num_requests"])
+    assert run_cell(case, model, settings, cell["arm"], cell["rate"],
+                    scenario.closed_loop) == cell["metrics"]
