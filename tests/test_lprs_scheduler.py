@@ -394,8 +394,8 @@ def test_the_automatic_target_is_predicted_once_the_built_in_model_has_learned(
     the target and so LPRS off for good)."""
     engine = _engine(config_only_model, None)  # the default, LPRS and APC on
     rule = engine.scheduler._chunk_rule
-    engine.add([make_request(f"r{i}", 600, 40, arrival_time=1.0 + i) for i in range(6)])
-    for step in range(200):
+    engine.add([make_request(f"r{i}", 600, 20, arrival_time=1.0 + i) for i in range(3)])
+    for step in range(100):
         engine.model_time_s = 0.004 + 0.0002 * (step % 7)  # a little variation to fit
         if not engine.scheduler.has_unfinished_requests():
             break

@@ -51,12 +51,11 @@ def _one_after_another(case, gap_s: float = 1000.0):
     return [replace(r, arrival_s=gap_s * i) for i, r in enumerate(case)]
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True])
-def test_a_mooncake_window_hits_the_cache_where_the_oracle_does(async_scheduling: bool) -> None:
+def test_a_mooncake_window_hits_the_cache_where_the_oracle_does() -> None:
+    """Async (the conversation test below runs both modes)."""
     case = _one_after_another(traces.trace_case(
         traces.window(traces.read_trace("mooncake-conv"), 20), "mooncake-conv"))
-    run = simulate(parse_arm("stock"), case, STEP,
-                   replace(SETTINGS, async_scheduling=async_scheduling))
+    run = simulate(parse_arm("stock"), case, STEP, replace(SETTINGS, async_scheduling=True))
     got = [r["cached_tokens"] for r in run.run["requests"]]
     expected = cached_by_oracle(case)
     assert got == expected
