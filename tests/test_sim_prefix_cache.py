@@ -91,7 +91,7 @@ def test_without_the_cache_nothing_is_found() -> None:
 
 
 def test_agent_sessions_hit_the_shared_system_prompt_and_their_own_history() -> None:
-    case = _one_after_another(agent_sessions(40, AgentParams(max_tokens=60_000)))
+    case = _one_after_another(agent_sessions(24, AgentParams(max_tokens=30_000)))
     run = simulate(parse_arm("guarded-srpf"), case, STEP, SETTINGS)
     got = [r["cached_tokens"] for r in run.run["requests"]]
     assert got == cached_by_oracle(case)
