@@ -156,6 +156,30 @@ def test_full_sequence_must_fit_uses_whole_prompt_else_only_the_chunk():
     assert plan(FCFS, running, waiting, kv=255, full=False) == {"r": 256}
 
 
+def test_a_cached_prefix_counts_against_the_room_to_admit():
+    """vLLM counts a cached block nobody holds against the free blocks when it admits a
+    request: a waiting request whose 100 uncached tokens fit, but whose 300 cached ones
+    may not, must not take the budget from a running prefill (the step would schedule
+    nothing: vLLM refuses the admission and the plan gave the running prefill 0)."""
+    running = [view("r", 10.0, 300, computed=100)]  # FCFS: behind w
+    cached = RequestView("w", 0.0, 400, cached_tokens=300)  # 100 left to compute
+    for full in (True, False):
+        assert plan(FCFS, running, [cached], kv=250, full=full) == {"r": 200}
+        assert plan(FCFS, running, [cached], kv=400, full=full) == {"r": 156}
+    # Each policy's chunk rule walks the same way (``CandidateWalk``).
+    walk_plan = plan_prefill_caps(FCFS, running, [cached], decode_tokens=0, token_budget=256,
+                                  free_slots=10, free_kv_tokens=250,
+                                  full_sequence_must_fit=True, rule=_Greedy())
+    assert walk_plan == {"r": 200}
+
+
+class _Greedy:
+    """A chunk rule that takes every bound (the walk's admission check alone decides)."""
+
+    def choose(self, view: RequestView, bound: int, walk) -> int:
+        return bound
+
+
 def test_first_waiting_that_does_not_fit_blocks_later_ones():
     # vLLM stops at the first waiting request it cannot allocate, even if a later one fits.
     running = [view("r", 3.0, 300)]

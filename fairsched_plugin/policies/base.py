@@ -61,6 +61,15 @@ class RequestView:
         start = max(self.computed_tokens, self.cached_tokens)
         return max(self.prompt_tokens + self.output_tokens - start, 0)
 
+    def admission_room(self, chunk: int, full_sequence: bool) -> int:
+        """KV-cache room (tokens) vLLM may need free to admit this waiting request with a
+        first chunk of ``chunk`` tokens: the chunk, or the whole sequence under vLLM's
+        full-sequence admission gate, plus its cached prefix. vLLM counts a cached block
+        that no running request holds against the free blocks (taking it removes it from
+        the free pool); whether one is held is not known here, so all count."""
+        uncomputed = self.prompt_tokens + self.output_tokens - self.computed_tokens
+        return uncomputed if full_sequence else min(chunk + self.cached_tokens, uncomputed)
+
 
 SortKey = tuple[float, float, str]
 """A total order: policy value, then arrival time, then request id (smaller first)."""

@@ -85,7 +85,7 @@ class CandidateWalk:
                 view = head[1]
                 remaining = view.remaining_prefill
                 bound = limits.bound(remaining, at.left)
-                if (remaining if self._full else bound) > at.free_kv_tokens:
+                if view.admission_room(bound, self._full) > at.free_kv_tokens:
                     at.admitting = False  # vLLM stops admitting here; the rest goes to running
                     continue
                 return view, bound, True

@@ -78,7 +78,8 @@ def plan_prefill_caps(
             waiting request whose blocks cannot be allocated, so from there on the plan
             gives the budget to running prefills only; otherwise a running prefill could
             be held back for a waiting request that never gets in, and with no decodes
-            left to free blocks, never progress.
+            left to free blocks, never progress. A waiting request's need counts its
+            cached prefix too (``RequestView.admission_room``).
         full_sequence_must_fit: vLLM's ``scheduler_reserve_full_isl``: a waiting request is
             admitted only if its whole prompt fits, not just its first chunk.
         rule: without one, each candidate takes what vLLM's loop would give it (vLLM's
@@ -126,7 +127,7 @@ def plan_prefill_caps(
     while left > limits.slot_cost and index < len(running):
         if candidate is not None and candidate_key < running[index][0]:
             bound = limits.bound(candidate.remaining_prefill, left)
-            need = candidate.remaining_prefill if full_sequence_must_fit else bound
+            need = candidate.admission_room(bound, full_sequence_must_fit)
             if need > free_kv_tokens or bound == 0:
                 candidate = None  # vLLM stops admitting here; the rest goes to running
                 continue
