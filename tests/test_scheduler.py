@@ -304,7 +304,10 @@ def test_trace_records_every_step(config_only_model, tmp_path, cls):
 
 
 def test_automatic_alpha_calibrates_and_rekeys_the_waiting_heap(config_only_model):
-    config = {"fairsched": {"policy": "aging", "aging": {"alpha": "auto", "auto_factor": 0.5}}}
+    # The order alone: LPRS, which learns its CPU latency model from the same steps, would
+    # change the chunks (and so the measured rate) while the alpha settles.
+    config = {"fairsched": {"policy": "aging", "aging": {"alpha": "auto", "auto_factor": 0.5},
+                            "lprs": {"enabled": False}, "apc": {"enabled": False}}}
     scheduler = make_scheduler(FairScheduler, config_only_model, max_num_seqs=4,
                                num_blocks=4000, additional_config=config)
     # 5 ms per fake forward pass: about 50,000 prefill tokens/s, alpha about 25,000.
