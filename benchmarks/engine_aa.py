@@ -73,6 +73,8 @@ def run_worker(args: argparse.Namespace) -> None:
     kwargs: dict[str, Any] = {}
     if args.plugin:
         kwargs["scheduler_cls"] = "fairsched_plugin.FairScheduler"
+    if args.enforce_eager:
+        kwargs["enforce_eager"] = True
     llm = LLM(model=args.model, max_num_batched_tokens=args.max_num_batched_tokens,
               max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
               dtype="float32", **kwargs)
@@ -169,6 +171,8 @@ class ArmWorker:
             command.append("--plugin")
         if args.arrivals:
             command.append("--arrivals")
+        if args.enforce_eager:
+            command.append("--enforce-eager")
         self.log = open(out / f"worker-{index}.log", "w")
         self.process = subprocess.Popen(command, env=server_env(env), text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -223,7 +227,8 @@ class ArmServer:
         env.update(DEV_MODE_ENV)
         engine = EngineSettings(max_num_batched_tokens=args.max_num_batched_tokens,
                                 max_num_seqs=args.max_num_seqs,
-                                max_model_len=args.max_model_len)
+                                max_model_len=args.max_model_len,
+                                extra=("--enforce-eager",) if args.enforce_eager else ())
         self.server = stack.enter_context(running_server(
             args.model, out / f"server-{index}.log", [*engine.args(), *arm.engine_args],
             env=env))
@@ -363,6 +368,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arrivals", action="store_true",
                         help="engine alone, each request added at its arrival time, with "
                              "TTFT, E2E and TPOT as the worker sees them (no server, no client)")
+    parser.add_argument("--enforce-eager", action="store_true",
+                        help="every engine skips torch.compile (vLLM's --enforce-eager): "
+                             "engines start in about half the time; steps run slower")
     parser.add_argument("--plugin", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.table:

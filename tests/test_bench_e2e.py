@@ -42,7 +42,8 @@ def test_bench_replays_reports_and_joins_the_trace(tiny_model: Path, tmp_path: P
     out = tmp_path / "bench"
     code = main([
         "bench", "--arms", "aging", "--case", str(_case(tmp_path / "case.jsonl")),
-        "--model-dir", str(tiny_model), "--max-model-len", "1024", "--out", str(out),
+        "--model-dir", str(tiny_model), "--max-model-len", "1024", "--engine-arg=--enforce-eager",
+        "--out", str(out),
     ])
     assert code == 0
     run_dir = out / "runs" / "aging" / "r1"
@@ -81,7 +82,8 @@ def test_bench_replays_several_workloads_per_server_in_ranked_mode(
         "--num-requests", "8", "--max-output-tokens", "32", "--max-prompt-tokens", "600",
         "--service", "ranked", "--max-batch-size", "3", "--max-pairs", "400",
         "--tier-weights", "0.5,0.5",
-        "--model-dir", str(tiny_model), "--max-model-len", "1024", "--out", str(out),
+        "--model-dir", str(tiny_model), "--max-model-len", "1024", "--engine-arg=--enforce-eager",
+        "--out", str(out),
     ])
     assert code == 0
     for name in ("steady_short", "bursty_conversational"):

@@ -111,7 +111,7 @@ def test_a_real_round_serves_every_arm_the_same_work(tiny_model: Path, tmp_path:
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "benchmarks" / "engine_aa.py"), *mode,
          "--case", str(case), "--model", str(tiny_model), "--arms", f"stock,{plugin_arm}",
-         "--rounds", "2", "--max-model-len", "1024", "--out", str(out)],
+         "--rounds", "2", "--max-model-len", "1024", "--enforce-eager", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         stdout, stderr = process.communicate(timeout=1500)

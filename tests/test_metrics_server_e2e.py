@@ -32,11 +32,13 @@ from fairsched_plugin.bench.openai_stream import (  # noqa: E402
     streamed_completion_body,
 )
 from fairsched_plugin.bench.server import running_server  # noqa: E402
+from engine_flags import EAGER  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-ENGINE_ARGS = ["--max-model-len", "2048", "--max-num-batched-tokens", "256", "--dtype",
-               "float32", "--scheduling-policy", "priority"]
+STOCK_ARGS = ["--max-model-len", "2048", "--max-num-batched-tokens", "256", "--dtype",
+              "float32", *EAGER]
+ENGINE_ARGS = STOCK_ARGS + ["--scheduling-policy", "priority"]
 PROMPT_TOKENS = {"short": 20, "medium": 300, "long": 1200}
 MAX_TOKENS = 8
 
@@ -145,7 +147,7 @@ def test_metrics_count_what_the_server_did(tiny_model: Path, tmp_path: Path):
 
 
 def test_stock_vllm_shows_no_fairsched_series(tiny_model: Path, tmp_path: Path):
-    with running_server(str(tiny_model), tmp_path / "server.log", ENGINE_ARGS[:-2]) as server:
+    with running_server(str(tiny_model), tmp_path / "server.log", STOCK_ARGS) as server:
         stream_completion(server.base_url, server.model, "Hello there", MAX_TOKENS)
         text = urllib.request.urlopen(server.base_url + "/metrics", timeout=30).read().decode()
         status, _ = _get_json(server.base_url + "/fairsched")

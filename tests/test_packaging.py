@@ -22,6 +22,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from engine_flags import EAGER
 from wheel_venv import build_dists, fresh_venv, without_pythonpath
 
 import fairsched_plugin
@@ -204,7 +205,8 @@ def test_a_server_starts_from_the_wheel(wheel_venv, tiny_model, tmp_path, how, m
     from fairsched_plugin.bench.openai_stream import stream_completion
     from fairsched_plugin.bench.server import running_server
 
-    args = ["--max-model-len", "1024", "--max-num-batched-tokens", "256", "--dtype", "float32"]
+    args = ["--max-model-len", "1024", "--max-num-batched-tokens", "256", "--dtype", "float32",
+            *EAGER]
     # Outside the checkout, so ``python -m`` cannot import fairsched from the working tree.
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PYTHONPATH", raising=False)

@@ -43,6 +43,7 @@ def test_profile_drives_a_server_until_enough_samples(tiny_model: Path, tmp_path
         "profile", "--out", str(out), "--samples", "300", "--model-dir", str(tiny_model),
         "--pool", str(pool), "--max-model-len", "2048", "--max-prompt-tokens", "1024",
         "--max-output-tokens", "64", "--phase-requests", "16", "--timeout", "300",
+        "--engine-arg=--enforce-eager",
     ])
     assert code == 0
     raw, latency, meta = read_profile(out)

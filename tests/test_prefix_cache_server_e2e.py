@@ -30,6 +30,7 @@ from fairsched_plugin.bench.sessions import AgentParams, agent_sessions  # noqa:
 from fairsched_plugin.sim.engine import simulate  # noqa: E402
 from fairsched_plugin.sim.engine_settings import SimSettings  # noqa: E402
 from fairsched_plugin.sim.step_models import LinearStepModel  # noqa: E402
+from engine_flags import EAGER  # noqa: E402
 from test_sim_prefix_cache import cached_by_oracle  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -69,7 +70,7 @@ def test_the_simulated_cache_hits_what_the_servers_cache_hits(tiny_model: Path,
     args = ["--max-model-len", str(MAX_LEN), "--max-num-batched-tokens", str(BUDGET),
             "--max-num-seqs", "8", "--dtype", "float32", "--block-size", str(BLOCK),
             "--enable-prefix-caching", "--enable-prompt-tokens-details",
-            "--num-gpu-blocks-override", str(KV_BLOCKS)]
+            "--num-gpu-blocks-override", str(KV_BLOCKS), *EAGER]
     with running_server(str(tiny_model), tmp_path / "server.log", args) as server:
         results = [replay(server.base_url, server.model, [replace(request, arrival_s=0.0)],
                           show_progress=False).requests[0]

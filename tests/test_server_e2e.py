@@ -17,10 +17,12 @@ pytest.importorskip("vllm")
 
 from fairsched_plugin.bench.openai_stream import stream_completion  # noqa: E402
 from fairsched_plugin.bench.server import run_until_exit, running_server  # noqa: E402
+from engine_flags import EAGER  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-ENGINE_ARGS = ["--max-model-len", "2048", "--max-num-batched-tokens", "256", "--dtype", "float32"]
+ENGINE_ARGS = ["--max-model-len", "2048", "--max-num-batched-tokens", "256", "--dtype", "float32",
+               *EAGER]
 PROMPTS = [
     "How do I make a good cup of coffee at home?",
     "Write a short poem about the sea. " * 20,

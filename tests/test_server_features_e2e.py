@@ -50,6 +50,7 @@ import pytest
 pytest.importorskip("vllm")
 
 from fairsched_plugin.bench.server import ServerHandle, running_server  # noqa: E402
+from engine_flags import EAGER  # noqa: E402
 from lora_adapter import write_lora_adapter  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -81,7 +82,7 @@ def server_args(lora_dir: Path) -> list[str]:
     model's usual settings (budget 256 so long prompts are chunked)."""
     return [
         "--max-model-len", "2048", "--max-num-batched-tokens", "256", "--max-num-seqs", "16",
-        "--dtype", "float32",
+        "--dtype", "float32", *EAGER,
         "--enable-prefix-caching",
         # Without it the random weights fill the token limit with grammar-allowed whitespace
         # and no answer ends, so nothing could be parsed.

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from engine_flags import EAGER
 from wheel_venv import ROOT, build_wheel, fresh_venv
 
 pytestmark = pytest.mark.slow
@@ -38,7 +39,8 @@ def test_a_real_server_on_vllm_0_27_1_serves_with_fairsched(venv_0271, tiny_mode
 
     monkeypatch.chdir(tmp_path)  # nothing of the checkout on the server's path
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    args = ["--max-model-len", "1024", "--max-num-batched-tokens", "128", "--dtype", "float32"]
+    args = ["--max-model-len", "1024", "--max-num-batched-tokens", "128", "--dtype", "float32",
+            *EAGER]
     env: dict[str, str] = {}
     if how == "scheduler-cls":
         args += ["--scheduler-cls", "fairsched_plugin.FairScheduler",
