@@ -35,6 +35,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -99,17 +100,33 @@ class BacklogProbe:
     median_ttft_s: float | None
 
 
+Runner = Callable[[Arm, Sequence[WorkloadRequest], StepModel, SimSettings, bool], Any]
+"""Runs an arm on a case to completion, or to the first step after the last arrival when
+told (``engine.simulate``'s ``stop_at_last_arrival``); returns its ``SimRun``."""
+
+
+def one_engine(arm: Arm, case: Sequence[WorkloadRequest], step_model: StepModel,
+               settings: SimSettings, stop_at_last_arrival: bool) -> Any:
+    """The default :data:`Runner`: one engine."""
+    from .engine import simulate
+
+    return simulate(arm, case, step_model, settings, None,
+                    stop_at_last_arrival=stop_at_last_arrival)
+
+
 def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
-                  settings: SimSettings, tolerance: float = 0.02) -> Capacity:
+                  settings: SimSettings, tolerance: float = 0.02,
+                  run: Runner = one_engine) -> Capacity:
     """Stock's saturated completion rate, checked once at ``COLLAPSE_LOAD`` x of it with
     the window's own gaps. Where stock still keeps up there, saturation made it lose
     throughput (all of a short-prompt window running at once, preempting), so the
     capacity is instead the highest rate at which its backlog does not grow, bisected to
     ``tolerance``."""
-    saturated = saturated_rate(case, step_model, settings)
+    saturated = saturated_rate(case, step_model, settings, run)
 
     def keeps_up(rate: float) -> bool:
-        return backlog_check(case, rate, 1.0, step_model, settings).backlog_growth <= KEEPS_UP
+        return (backlog_check(case, rate, 1.0, step_model, settings, run=run).backlog_growth
+                <= KEEPS_UP)
 
     low = COLLAPSE_LOAD * saturated.rate
     if not keeps_up(low):
@@ -124,12 +141,10 @@ def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
 
 
 def saturated_rate(case: Sequence[WorkloadRequest], step_model: StepModel,
-                   settings: SimSettings) -> Capacity:
+                   settings: SimSettings, run: Runner = one_engine) -> Capacity:
     """Stock's completion rate with the whole window queued at once (module docstring)."""
-    from .engine import simulate
-
     queued = [replace(r, arrival_s=0.0) for r in case]
-    result = simulate(Arm(STOCK, {}), queued, step_model, settings, None)
+    result = run(Arm(STOCK, {}), queued, step_model, settings, False)
     rows = [r for r in result.run["requests"] if r["error"] is None]
     if len(rows) < 2:
         raise WindowTooSmall(f"the window has {len(rows)} servable request(s); capacity "
@@ -164,16 +179,13 @@ def _peak_running(admitted: np.ndarray, finished: np.ndarray) -> int:
 
 
 def backlog_check(case: Sequence[WorkloadRequest], capacity: float, load: float,
-                  step_model: StepModel, settings: SimSettings, bins: int = 10
-                  ) -> BacklogProbe:
+                  step_model: StepModel, settings: SimSettings, bins: int = 10,
+                  run: Runner = one_engine) -> BacklogProbe:
     """Replay the window at ``load`` x ``capacity`` up to its last arrival and measure
     whether stock's backlog grows (the check of the capacity against its definition)."""
-    from .engine import simulate
-
     rate = load * capacity
     scaled = at_rate(case, rate)
-    result = simulate(Arm(STOCK, {}), scaled, step_model, settings, None,
-                      stop_at_last_arrival=True)
+    result = run(Arm(STOCK, {}), scaled, step_model, settings, True)
     rows = [r for r in result.run["requests"] if r["error"] is None]
     end = scaled[-1].arrival_s
     arrived = np.sort([r["arrival_s"] for r in rows])

@@ -43,6 +43,7 @@ from .engine_settings import (
     settings_record,
 )
 from .hardware import PresetError
+from .routers import ROUTERS
 from .step_models import AnalyticStepModel, OnnxStepModel, StepModel, parse_step_model
 
 if TYPE_CHECKING:
@@ -113,6 +114,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                      help="directory for the cases, runs and report")
     sim.add_argument("--no-trace", action="store_true",
                      help="keep no per-step trace (faster, less memory; no batch tables)")
+    sim.add_argument("--engines", type=positive_int, default=1,
+                     help="simulate a fleet of this many engines behind --router, each "
+                          "with the engine settings given (default: 1, no router)")
+    sim.add_argument("--router", choices=ROUTERS,
+                     help="how a fleet routes each request: round-robin, vllm-dp (vLLM's "
+                          "data-parallel balancer) or llm-d (llm-d's default endpoint "
+                          "scorers: prefix 3, queue 2, KV 2); default round-robin")
     sim.add_argument("--target-ms", type=positive_float,
                      help="score every arm's step times against this latency target in ms "
                           "(default: no target)")
@@ -171,7 +179,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     # vLLM and torch load here, once the arguments and inputs are known to be good.
-    from .matrix import run_matrix
+    from .matrix import Fleet, run_matrix
+
+    fleet = (Fleet(args.engines, args.router or "round-robin")
+             if args.engines > 1 or args.router else None)
 
     print(f"step model: {model.description}")
     print(describe(settings, sources))
@@ -180,7 +191,7 @@ def main(args: argparse.Namespace) -> int:
         runs, timing = run_matrix(arms, lambda r: first if r == 0 else cases_for(r), model,
                                   settings, repeat=args.repeat, out_dir=args.out,
                                   trace=not args.no_trace, progress=print,
-                                  closed_loop=args.closed_loop)
+                                  closed_loop=args.closed_loop, fleet=fleet)
     except SimulationStalled as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
@@ -198,8 +209,26 @@ def main(args: argparse.Namespace) -> int:
     (args.out / "config.json").write_text(json.dumps(config, indent=2))
     report = write_report(args.out, runs, config=config, target_ms=args.target_ms)
     print(render_markdown(analyse_runs(runs), main_only=True))
+    if fleet is not None:
+        print(fleet_balance_lines(runs))
     print(f"simulated in {elapsed:.1f} s; report: {report}")
     return 0
+
+
+def fleet_balance_lines(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """Per arm, how the fleet's router spread the work (first run of each arm)."""
+    from .fleet import balance
+
+    lines = []
+    for arm, arm_runs in runs.items():
+        fleet = arm_runs[0]["meta"]["fleet"]
+        spread = balance(arm_runs[0])
+        requests = "/".join(str(e["requests"]) for e in fleet["engines"])
+        lines.append(f"{arm}: {len(fleet['engines'])} engines behind {fleet['router']}; "
+                     f"requests per engine {requests}; busiest engine "
+                     f"{spread['busy_max_over_mean']:.2f}x the mean busy time, "
+                     f"{spread['prompt_max_over_mean']:.2f}x the mean prompt tokens")
+    return "\n".join(lines)
 
 
 def _with_service(args: argparse.Namespace) -> argparse.Namespace:
@@ -222,4 +251,6 @@ def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model:
                      "answer" if args.closed_loop else "open loop: every request at its "
                      "recorded time"),
         "repeat": args.repeat,
+        "fleet": ({"engines": args.engines, "router": args.router or "round-robin"}
+                  if args.engines > 1 or args.router else None),
     }

@@ -23,7 +23,7 @@ plugin's own step monitor's (or, for stock vLLM, the same monitor driven from he
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +144,152 @@ def _batch_of(scheduler: Scheduler, output: Any) -> tuple[SimBatch, list[str]]:
     return batch, finished
 
 
+class EngineLoop:
+    """One simulated engine: vLLM's scheduler (stock or the plugin) on its own virtual
+    clock, stepped by a driver that hands it its requests (:func:`simulate` for one
+    engine, ``fleet.simulate_fleet`` for several behind a router).
+
+    A driver adds every request that has arrived by :attr:`clock`'s ``now``
+    (:meth:`add`), then calls :meth:`step` while the engine is :attr:`busy`; an idle
+    engine's clock is moved to its next request's arrival by the driver. ``on_finish``
+    hears of each request that finished (or failed), with its case id and the time: under
+    closed loop the driver releases the session's next turn then.
+    """
+
+    def __init__(self, arm: Arm, step_model: StepModel, settings: SimSettings,
+                 trace_path: Path | None, on_finish: Callable[[str, float], None]) -> None:
+        self.clock = clock = VirtualClock()
+        self.settings = settings
+        self.step_model = step_model
+        self.trace_path = trace_path
+        self.on_finish = on_finish
+        # The plugin's built-in latency model detects the device it runs on: here, the
+        # one simulated (an arm's predictor.model or predictor.device still wins).
+        detected = ({"model": step_model.config.name, "device": step_model.device}
+                    if isinstance(step_model, AnalyticStepModel) and step_model.device
+                    else None)
+        self.scheduler = make_arm_scheduler(arm, settings, clock, trace_path, detected)
+        self.monitor = (StepMonitor(trace_path, [], clock=clock)
+                        if arm.name == STOCK and trace_path is not None else None)
+        self.memory = KvCacheMemory(kv_state_reader(self.scheduler))
+        self.timing = Timing()
+        self.busy_s = 0.0
+        """Virtual seconds the device spent running steps."""
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.case_ids: dict[str, str] = {}
+        self.in_flight: _Batch | None = None
+        self.cache_blocks = settings.block_size if settings.enable_prefix_caching else None
+        self.answers: dict[str, WorkloadRequest] = {}
+        """Session turns, whose named blocks cover their answer: they sample those tokens,
+        so the next turn finds the answer cached too. Other requests' blocks name their
+        prompt only (a trace's hashes): their answers are their own."""
+        self._cpu_start = _cpu()
+
+    @property
+    def busy(self) -> bool:
+        """A step is in flight or a request is unfinished."""
+        return self.in_flight is not None or self.scheduler.has_unfinished_requests()
+
+    def add(self, case: WorkloadRequest) -> None:
+        """``case`` reaches the engine now; one too long for ``max_model_len`` fails at
+        once, as the server answers it (HTTP 400), and is never scheduled."""
+        req_id = engine_request_id(case.id)
+        self.case_ids[req_id] = case.id
+        row = self.rows[req_id] = _result_row(case)
+        if case.prompt_tokens + case.output_tokens > self.settings.max_model_len:
+            row["error"] = TOO_LONG
+            self.on_finish(case.id, self.clock.now)
+            return
+        self.scheduler.add_request(make_request(case, self.cache_blocks))
+        if case.blocks and case.session:
+            self.answers[req_id] = case
+
+    def step(self, upcoming: float | None) -> None:
+        """Schedule and dispatch one step (the engine is :attr:`busy`). ``upcoming``: when
+        the engine may next be handed a request (None: never), where an engine that can
+        schedule nothing and has nothing in flight waits."""
+        clock, scheduler, timing = self.clock, self.scheduler, self.timing
+        if clock.now > self.settings.max_virtual_s:
+            _stalled(scheduler, f"still unfinished at virtual time {clock.now:.1f} s "
+                                f"(bound {self.settings.max_virtual_s:g} s)")
+        t0 = _cpu()
+        output = scheduler.schedule()
+        timing.schedule_s += _cpu() - t0
+        if output.total_num_scheduled_tokens == 0:
+            if self.in_flight is not None:
+                self._complete(self.in_flight)
+                self.in_flight = None
+            elif upcoming is None:
+                _stalled(scheduler, "nothing schedulable and nothing left to arrive")
+            else:
+                clock.jump_to(upcoming)
+            scheduler.update_from_output(output, model_runner_output({}))
+            return
+        batch, finished = _batch_of(scheduler, output)
+        if self.monitor is not None:
+            self.monitor.on_dispatch(
+                output, [n for n, _context in batch.prefills], finished,
+                [new.req_id for new in output.scheduled_new_reqs],
+                num_running=len(scheduler.running), num_waiting=len(scheduler.waiting))
+        state = self.memory.read()
+        t2 = _cpu()
+        duration = self.step_model.step_time_s(batch, state)
+        timing.step_model_s += _cpu() - t2
+        timing.steps += 1
+        self.busy_s += duration
+        # The batch runs once the device is free: now, or when the batch in flight ends.
+        start = clock.now if self.in_flight is None else self.in_flight.finish_s
+        sampled = {req_id: _sampled(scheduler.requests[req_id], self.answers.get(req_id))
+                   for req_id in output.num_scheduled_tokens}
+        dispatched = _Batch(output, sampled, start + duration)
+        for req_id, n in output.num_scheduled_tokens.items():
+            row = self.rows[req_id]
+            if row["first_scheduled_s"] is None:
+                row["first_scheduled_s"] = start
+                # What the prefix cache held of the prompt when it was admitted.
+                row["cached_tokens"] = scheduler.requests[req_id].num_computed_tokens - n
+        if self.in_flight is not None:
+            self._complete(self.in_flight)
+        if self.settings.async_scheduling:
+            self.in_flight = dispatched  # the next step is scheduled while this one runs
+        else:
+            self.in_flight = None
+            self._complete(dispatched)
+
+    def _complete(self, batch: _Batch) -> None:
+        """The batch's outputs reach the scheduler (and the clients) when it finishes."""
+        self.clock.jump_to(batch.finish_s)
+        if self.monitor is not None:
+            self.monitor.on_output(batch.output)
+        t0 = _cpu()
+        engine_outputs = self.scheduler.update_from_output(batch.output,
+                                                           model_runner_output(batch.sampled))
+        self.timing.update_s += _cpu() - t0
+        for req_id in _record(engine_outputs, self.rows, self.clock.now):
+            self.on_finish(self.case_ids[req_id], self.clock.now)
+
+    def close(self) -> None:
+        """Shut the scheduler down and finish the trace; counts the loop's own CPU time."""
+        self.scheduler.shutdown()
+        if self.monitor is not None:
+            self.monitor.close()
+        timing = self.timing
+        timing.other_s = _cpu() - self._cpu_start - (
+            timing.schedule_s + timing.update_s + timing.step_model_s)
+
+    def run(self, complete: bool = True) -> dict[str, Any]:
+        """The run in the report's shape, after :meth:`close`; ``complete``: every
+        request must have all its tokens (checked)."""
+        requests = list(self.rows.values())
+        if complete:
+            _check_tokens(requests)
+        trace = read_jsonl(self.trace_path) if self.trace_path is not None else []
+        joined = join_trace(requests, trace, 0.0)
+        return {"requests": requests, "trace": trace,
+                "meta": {"start_wall": 0.0, "trace_joined": joined, "simulated": True,
+                         "step_model": self.step_model.description}}
+
+
 def simulate(
     arm: Arm,
     case: Iterable[WorkloadRequest],
@@ -164,126 +310,29 @@ def simulate(
     :class:`SimulationStalled` past ``settings.max_virtual_s`` or when a step schedules
     nothing while requests wait and nothing more will arrive.
     """
-    clock = VirtualClock()
-    # The plugin's built-in latency model detects the device it runs on: here, the one
-    # simulated (an arm's predictor.model or predictor.device still wins).
-    detected = ({"model": step_model.config.name, "device": step_model.device}
-                if isinstance(step_model, AnalyticStepModel) and step_model.device else None)
-    scheduler = make_arm_scheduler(arm, settings, clock, trace_path, detected)
-    monitor = None
-    if arm.name == STOCK and trace_path is not None:
-        monitor = StepMonitor(trace_path, [], clock=clock)
-    memory = KvCacheMemory(kv_state_reader(scheduler))
-    timing = Timing()
-    rows: dict[str, dict[str, Any]] = {}
     arrivals = Arrivals(case, closed_loop)
-    case_ids: dict[str, str] = {}
+    engine = EngineLoop(arm, step_model, settings, trace_path, arrivals.done)
     last_arrival = -1.0
-    in_flight: _Batch | None = None
-    cache_blocks = settings.block_size if settings.enable_prefix_caching else None
-    answers: dict[str, WorkloadRequest] = {}
-    """Session turns, whose named blocks cover their answer: they sample those tokens, so
-    the next turn finds the answer cached too. Other requests' blocks name their prompt
-    only (a trace's hashes): their answers are their own."""
-    cpu_start = _cpu()
-
-    def complete(batch: _Batch) -> None:
-        """The batch's outputs reach the scheduler (and the clients) when it finishes."""
-        clock.jump_to(batch.finish_s)
-        if monitor is not None:
-            monitor.on_output(batch.output)
-        t0 = _cpu()
-        engine_outputs = scheduler.update_from_output(batch.output,
-                                                      model_runner_output(batch.sampled))
-        timing.update_s += _cpu() - t0
-        for req_id in _record(engine_outputs, rows, clock.now):
-            arrivals.done(case_ids[req_id], clock.now)
-
     try:
         while True:
-            while (arrived := arrivals.pop_due(clock.now)) is not None:
+            while (arrived := arrivals.pop_due(engine.clock.now)) is not None:
                 last_arrival = arrived.arrival_s
-                req_id = engine_request_id(arrived.id)
-                case_ids[req_id] = arrived.id
-                row = rows[req_id] = _result_row(arrived)
-                if arrived.prompt_tokens + arrived.output_tokens > settings.max_model_len:
-                    # What the server answers (HTTP 400): counted as failed, never scheduled.
-                    row["error"] = TOO_LONG
-                    arrivals.done(arrived.id, clock.now)
-                else:
-                    scheduler.add_request(make_request(arrived, cache_blocks))
-                    if arrived.blocks and arrived.session:
-                        answers[req_id] = arrived
+                engine.add(arrived)
             upcoming = arrivals.next_time()
-            if arrivals.exhausted and stop_at_last_arrival and clock.now >= last_arrival:
+            if arrivals.exhausted and stop_at_last_arrival and engine.clock.now >= last_arrival:
                 break
-            if in_flight is None and not scheduler.has_unfinished_requests():
+            if not engine.busy:
                 if upcoming is None:
                     break
-                clock.jump_to(upcoming)
+                engine.clock.jump_to(upcoming)
                 continue
-            if clock.now > settings.max_virtual_s:
-                _stalled(scheduler, f"still unfinished at virtual time {clock.now:.1f} s "
-                                    f"(bound {settings.max_virtual_s:g} s)")
-            t0 = _cpu()
-            output = scheduler.schedule()
-            timing.schedule_s += _cpu() - t0
-            if output.total_num_scheduled_tokens == 0:
-                if in_flight is not None:
-                    complete(in_flight)
-                    in_flight = None
-                elif upcoming is None:
-                    _stalled(scheduler, "nothing schedulable and nothing left to arrive")
-                else:
-                    clock.jump_to(upcoming)
-                scheduler.update_from_output(output, model_runner_output({}))
-                continue
-            batch, finished = _batch_of(scheduler, output)
-            if monitor is not None:
-                monitor.on_dispatch(
-                    output, [n for n, _context in batch.prefills], finished,
-                    [new.req_id for new in output.scheduled_new_reqs],
-                    num_running=len(scheduler.running), num_waiting=len(scheduler.waiting))
-            state = memory.read()
-            t2 = _cpu()
-            duration = step_model.step_time_s(batch, state)
-            timing.step_model_s += _cpu() - t2
-            timing.steps += 1
-            # The batch runs once the device is free: now, or when the batch in flight ends.
-            start = clock.now if in_flight is None else in_flight.finish_s
-            sampled = {req_id: _sampled(scheduler.requests[req_id], answers.get(req_id))
-                       for req_id in output.num_scheduled_tokens}
-            dispatched = _Batch(output, sampled, start + duration)
-            for req_id, n in output.num_scheduled_tokens.items():
-                row = rows[req_id]
-                if row["first_scheduled_s"] is None:
-                    row["first_scheduled_s"] = start
-                    # What the prefix cache held of the prompt when it was admitted.
-                    row["cached_tokens"] = scheduler.requests[req_id].num_computed_tokens - n
-            if in_flight is not None:
-                complete(in_flight)
-            if settings.async_scheduling:
-                in_flight = dispatched  # the next step is scheduled while this one runs
-            else:
-                in_flight = None
-                complete(dispatched)
+            engine.step(upcoming)
     finally:
-        scheduler.shutdown()
-        if monitor is not None:
-            monitor.close()
-    timing.other_s = _cpu() - cpu_start - (
-        timing.schedule_s + timing.update_s + timing.step_model_s)
-    requests = list(rows.values())
-    if not stop_at_last_arrival:
-        _check_tokens(requests)
-    trace = read_jsonl(trace_path) if trace_path is not None else []
-    joined = join_trace(requests, trace, 0.0)
-    run: dict[str, Any] = {"requests": requests, "trace": trace,
-                           "meta": {"start_wall": 0.0, "trace_joined": joined,
-                                    "simulated": True, "step_model": step_model.description}}
+        engine.close()
+    run = engine.run(complete=not stop_at_last_arrival)
     if category is not None:
         run["category"] = category
-    return SimRun(run, timing, clock.now)
+    return SimRun(run, engine.timing, engine.clock.now)
 
 
 def _sampled(request: Request, case: WorkloadRequest | None) -> list[int]:

@@ -9,16 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..bench.arms import Arm
 from ..bench.runner import slug
 from ..bench.case_files import WorkloadRequest
 from .engine import SimRun, Timing, simulate
 from .engine_settings import SimSettings
+from .fleet import simulate_fleet
 from .step_models import StepModel
 
 Cases = Mapping[str, Sequence[WorkloadRequest]]
+
+
+class Fleet(NamedTuple):
+    """Engines behind a router (``routers.ROUTERS``)."""
+
+    engines: int
+    router: str
 
 
 def run_matrix(
@@ -32,9 +40,12 @@ def run_matrix(
     trace: bool = True,
     progress: Callable[[str], None] | None = None,
     closed_loop: bool = False,
+    fleet: Fleet | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], Timing]:
     """Runs per arm (one per case and repeat) and the summed loop timing. With
-    ``out_dir`` each run's trace is kept under ``out_dir/runs/ARM/rN[/CASE]``."""
+    ``out_dir`` each run's trace is kept under ``out_dir/runs/ARM/rN[/CASE]`` (a fleet's
+    as one file per engine there). ``fleet``: run every arm on that many engines behind
+    that router (``fleet.simulate_fleet``) instead of on one."""
     runs: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
     total = Timing()
     for r in range(repeat):
@@ -49,9 +60,15 @@ def run_matrix(
                         run_dir = run_dir / slug(name)
                     run_dir.mkdir(parents=True, exist_ok=True)
                     trace_path = run_dir / "trace.jsonl"
-                result: SimRun = simulate(arm, case, step_model, settings, trace_path,
-                                          category=None if single else name,
-                                          closed_loop=closed_loop)
+                category = None if single else name
+                if fleet is None:
+                    result: SimRun = simulate(arm, case, step_model, settings, trace_path,
+                                              category=category, closed_loop=closed_loop)
+                else:
+                    result = simulate_fleet(
+                        arm, case, step_model, settings, fleet.engines, fleet.router,
+                        trace_dir=trace_path.parent if trace_path is not None else None,
+                        category=category, closed_loop=closed_loop)
                 runs[arm.name].append(result.run)
                 _add(total, result.timing)
                 if progress is not None:

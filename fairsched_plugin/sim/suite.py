@@ -30,6 +30,7 @@ from ..extras import available, note_no_plots
 from ..user_files import output_dir
 from . import analytic
 from .capacity import Capacity, find_capacity
+from .routers import FLEET_SPEC, parse_fleet
 from .devices import DEVICES, serve_defaults
 from .hardware import MODEL_CONFIGS, accelerator, model_config
 from .scenarios import SCENARIOS, Scenario
@@ -61,16 +62,20 @@ class Plan:
     num_requests: int
     sync_also: tuple[tuple[str, str, str], ...] = ()
     """(scenario, device, model) groups also run sync, to show how far verdicts move."""
+    fleets: tuple[str, ...] = ("1",)
+    """One engine (``"1"``) and/or fleets of engines behind a router
+    (``fleet.FLEET_SPEC``, e.g. ``"4xvllm-dp"``)."""
 
-    def groups(self) -> list[tuple[str, str, str, str]]:
+    def groups(self) -> list[tuple[str, str, str, str, str]]:
         """Every combination; a ``sync_also`` group right after its async twin."""
         out = []
         for s in self.scenarios:
             for d in self.devices:
                 for m in self.models:
-                    out += [(s, d, m, mode) for mode in self.modes]
-                    if (s, d, m) in self.sync_also and "sync" not in self.modes:
-                        out.append((s, d, m, "sync"))
+                    for f in self.fleets:
+                        out += [(s, d, m, mode, f) for mode in self.modes]
+                        if (s, d, m) in self.sync_also and "sync" not in self.modes:
+                            out.append((s, d, m, "sync", f))
         return out
 
 
@@ -154,13 +159,24 @@ class Results:
 
 
 def run_cell(case: Sequence[Any], model: AnalyticStepModel, settings: SimSettings, arm: str,
-             rate: float, closed_loop: bool = False) -> dict[str, Any]:
-    """One arm at one rate: the run's metrics."""
-    from .engine import simulate  # vLLM and torch: only once a suite runs
+             rate: float, closed_loop: bool = False, fleet: str = "1") -> dict[str, Any]:
+    """One arm at one rate (on every engine of ``fleet``): the run's metrics, and for a
+    fleet how evenly its router spread the work."""
+    # vLLM and torch: only once a suite runs
+    from .engine import simulate
+    from .fleet import balance, simulate_fleet
 
-    result = simulate(parse_arm(arm), at_rate(case, rate), model, settings, None,
-                      closed_loop=closed_loop)
-    return run_metrics(result.run["requests"], settings.enable_prefix_caching)
+    engines, router = parse_fleet(fleet)
+    if router is None:
+        result = simulate(parse_arm(arm), at_rate(case, rate), model, settings, None,
+                          closed_loop=closed_loop)
+    else:
+        result = simulate_fleet(parse_arm(arm), at_rate(case, rate), model, settings,
+                                engines, router, closed_loop=closed_loop)
+    metrics = run_metrics(result.run["requests"], settings.enable_prefix_caching)
+    if router is not None:
+        metrics["balance"] = {k: _r(v) for k, v in balance(result.run).items()}
+    return metrics
 
 
 def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) -> Results:
@@ -179,22 +195,29 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
                     settings: SimSettings, key: tuple[str, ...]) -> Capacity:
         # A closed loop cannot overload the engine (each session waits for its answers):
         # the capacity is that of the same requests open loop, so open- and closed-loop
-        # replays of one scenario run at the same rates.
+        # replays of one scenario run at the same rates. A fleet's is the fleet's own,
+        # behind its router.
         full_key = (scenario.build, *key, settings)
         if full_key not in capacities:
-            capacities[full_key] = find_capacity(case, model, settings)
+            from .fleet import fleet_runner
+
+            engines, router = parse_fleet(key[-1])
+            capacities[full_key] = (
+                find_capacity(case, model, settings) if router is None
+                else find_capacity(case, model, settings, run=fleet_runner(engines, router)))
         return capacities[full_key]
 
-    for g, (scenario_name, device, model_name, mode) in enumerate(groups, start=1):
+    for g, (scenario_name, device, model_name, mode, fleet) in enumerate(groups, start=1):
         scenario = SCENARIOS[scenario_name]
         case = cases.setdefault(scenario_name, scenario.build(plan.num_requests))
         model = AnalyticStepModel(model_config(model_name), accelerator(device), device)
         settings = group_settings(scenario, device, model, mode)
-        label = f"{scenario_name} / {device} / {model_name} / {mode}"
+        label = f"{scenario_name} / {device} / {model_name} / {mode}" + (
+            f" / {fleet}" if fleet != "1" else "")
         progress(f"[group {g}/{len(groups)}] {label}: budget "
                  f"{settings.max_num_batched_tokens}, {settings.max_num_seqs} sequences; "
                  "finding stock's capacity")
-        key = (device, model_name, mode)
+        key = (device, model_name, mode, fleet)
         capacity = capacity_of(scenario, case, model, settings, key)
         progress(f"  capacity {capacity.rate:.2f} req/s")
         group = {
@@ -202,6 +225,7 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
             "accelerator": model.accelerator.name, "step_model": model.description,
             "engine": asdict(settings), "closed_loop": scenario.closed_loop,
             "capacity_rps": _r(capacity.rate), "capacity": asdict(capacity),
+            **({"fleet": fleet} if fleet != "1" else {}),
         }
         if settings.enable_prefix_caching:
             without = capacity_of(scenario, case, model,
@@ -213,11 +237,13 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
             rate = _r(load * capacity.rate)  # as stored, so a rerun of the cell is exact
             for arm in plan.arms:
                 run_start = time.perf_counter()
-                metrics = run_cell(case, model, settings, arm, rate, scenario.closed_loop)
+                metrics = run_cell(case, model, settings, arm, rate, scenario.closed_loop,
+                                   fleet)
                 run_s += time.perf_counter() - run_start
                 results.cells.append({"scenario": scenario_name, "device": device,
                                       "model": model_name, "mode": mode, "load": load,
-                                      "rate": rate, "arm": arm, "metrics": metrics})
+                                      "rate": rate, "arm": arm, "metrics": metrics,
+                                      **({"fleet": fleet} if fleet != "1" else {})})
                 done_runs += 1
                 elapsed = time.perf_counter() - started
                 eta = run_s / done_runs * (total_runs - done_runs)
@@ -272,6 +298,18 @@ def _loads(text: str) -> tuple[float, ...]:
     return loads
 
 
+def _fleets(text: str) -> tuple[str, ...]:
+    specs = tuple(part.strip() for part in text.split(",") if part.strip())
+    try:
+        for spec in specs:
+            parse_fleet(spec)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+    if not specs:
+        raise argparse.ArgumentTypeError(f"--fleets {text!r}: {FLEET_SPEC}, comma-separated")
+    return specs
+
+
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     suite = subparsers.add_parser(
         "suite", help="every arm on production traces, GPU/NPU presets and loads set "
@@ -298,6 +336,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                        help="async (vLLM's default on these devices) and/or sync "
                             "(default: async, and the full suite also runs "
                             + ", ".join("/".join(g) for g in FULL.sync_also) + " sync)")
+    suite.add_argument("--fleets", type=_fleets,
+                       help=f"comma-separated: {FLEET_SPEC}; each group runs on each "
+                            "(default: 1)")
     suite.add_argument("--loads", type=_loads,
                        help=f"fractions of stock's capacity (default {','.join(map(str, LOADS))})")
     suite.add_argument("--arms", help="comma-separated arms, stock always among them "
@@ -331,7 +372,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     return Plan(args.scenarios or base.scenarios, args.devices or base.devices,
                 args.models or base.models, args.modes or base.modes,
                 args.loads or base.loads, arms, num,
-                sync_also=() if args.modes else base.sync_also)
+                sync_also=() if args.modes else base.sync_also,
+                fleets=args.fleets or base.fleets)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -15,14 +15,21 @@ from ..bench.arms import STOCK
 from . import published
 
 Cell = dict[str, Any]
-GroupKey = tuple[str, str, str, str]
+GroupKey = tuple[str, str, str, str, str]
 
 COLUMNS = (("median TTFT", "ttft_p50"), ("mean TTFT", "ttft_mean"), ("P99 TTFT", "ttft_p99"),
            ("mean E2E", "e2e_mean"), ("output tok/s", "output_tps"), ("P99 TPOT", "tpot_p99"))
 
 
 def group_key(item: dict[str, Any]) -> GroupKey:
-    return (item["scenario"], item["device"], item["model"], item["mode"])
+    """Scenario, device, model, mode and fleet (``"1"``: one engine)."""
+    return (item["scenario"], item["device"], item["model"], item["mode"],
+            item.get("fleet", "1"))
+
+
+def label(key: GroupKey) -> str:
+    """A group's name in the tables; a fleet's spec only where it is one."""
+    return " · ".join(key if key[4] != "1" else key[:4])
 
 
 def _stock(cells: Iterable[Cell]) -> dict[tuple[GroupKey, float], Cell]:
@@ -84,12 +91,16 @@ def group_table(group: dict[str, Any], cells: list[Cell]) -> list[str]:
     stock = _stock(cells)
     classes = classes_of(cells)
     hits = any("prefix_hit_rate" in c["metrics"] for c in cells)
+    spread = any("balance" in c["metrics"] for c in cells)
+    fleet = group.get("fleet")
     lines = [f"### {group['scenario']} · {group['accelerator']} · {group['model']} · "
-             f"{group['mode']}", "", _setting_line(group), "",
+             f"{group['mode']}" + (f" · {fleet}" if fleet else ""), "",
+             _setting_line(group), "",
              "| load (req/s) | arm | " + " | ".join(name for name, _ in COLUMNS)
              + " | " + " | ".join(f"P99 TTFT {c}" for c in classes)
-             + (" | prefix hits" if hits else "") + " |",
-             "|---|---|" + "---|" * (len(COLUMNS) + len(classes) + hits)]
+             + (" | prefix hits" if hits else "")
+             + (" | busiest engine's busy time / mean" if spread else "") + " |",
+             "|---|---|" + "---|" * (len(COLUMNS) + len(classes) + hits + spread)]
     for cell in cells:
         base = stock[(group_key(cell), cell["load"])]
         if cell["arm"] == STOCK:
@@ -102,6 +113,8 @@ def group_table(group: dict[str, Any], cells: list[Cell]) -> list[str]:
             values += [_fmt_ratio(ratio(cell, base, "p99", c)) for c in classes]
         if hits:
             values.append(f"{cell['metrics']['prefix_hit_rate']:.1%}")
+        if spread:
+            values.append(f"{cell['metrics']['balance']['busy_max_over_mean']:.2f}")
         lines.append(f"| {cell['load']:g}x ({cell['rate']:.2f}) | {cell['arm']} | "
                      + " | ".join(values) + " |")
     return lines
@@ -130,7 +143,7 @@ def verdict_table(results: dict[str, Any], arm: str) -> list[str]:
             base = stock[(key, load)]
             row.append(" / ".join(_fmt_ratio(ratio(cell, base, m))
                                   for m in ("ttft_p50", "ttft_p99", "e2e_mean")))
-        lines.append(f"| {' · '.join(key)} | " + " | ".join(row) + " |")
+        lines.append(f"| {label(key)} | " + " | ".join(row) + " |")
     return lines
 
 
@@ -157,7 +170,7 @@ def target_table(results: dict[str, Any], arm: str) -> list[str]:
             base = stock[(key, load)]
             longest = classes_of([base])[-1]
             lines.append(
-                f"| {' · '.join(key)} | {load:g}x | {_fmt_ratio(ratio(mine, limit, 'ttft_mean'))}"
+                f"| {label(key)} | {load:g}x | {_fmt_ratio(ratio(mine, limit, 'ttft_mean'))}"
                 f" | {_fmt_ratio(ratio(mine, limit, 'e2e_mean'))} | {longest} "
                 f"{_fmt_ratio(ratio(mine, base, 'p99', longest))} | "
                 f"{_fmt_ratio(ratio(mine, base, 'output_tps'))} |")
@@ -176,7 +189,7 @@ def queueing_table(results: dict[str, Any]) -> list[str]:
              "median queued | queued share of mean TTFT |", "|---|---|---|---|---|"]
     for cell in cells:
         m = cell["metrics"]
-        lines.append(f"| {' · '.join(group_key(cell))} | {cell['load']:g}x | "
+        lines.append(f"| {label(group_key(cell))} | {cell['load']:g}x | "
                      f"{_fmt_abs('ttft', m['ttft_p50'])} | {_fmt_abs('ttft', m['queued_p50'])}"
                      f" | {m['queued_mean'] / m['ttft_mean']:.0%} |")
     return lines
@@ -188,18 +201,19 @@ def async_shift(results: dict[str, Any]) -> list[str]:
     stock = _stock(results["cells"])
     by_key = {group_key(g): g for g in results["groups"]}
     lines: list[str] = []
-    for (scenario, device, model, mode) in by_key:
-        if mode != "async" or (scenario, device, model, "sync") not in by_key:
+    for (scenario, device, model, mode, fleet) in by_key:
+        if mode != "async" or (scenario, device, model, "sync", fleet) not in by_key:
             continue
         lines += [f"{scenario} · {device} · {model}: median / P99 TTFT against stock, "
                   "async then sync", "",
                   "| load | arm | async | sync |", "|---|---|---|---|"]
         for cell in results["cells"]:
-            if group_key(cell) != (scenario, device, model, "async") or cell["arm"] == STOCK:
+            if (group_key(cell) != (scenario, device, model, "async", fleet)
+                    or cell["arm"] == STOCK):
                 continue
             twin = next(c for c in results["cells"] if c["arm"] == cell["arm"]
                         and c["load"] == cell["load"]
-                        and group_key(c) == (scenario, device, model, "sync"))
+                        and group_key(c) == (scenario, device, model, "sync", fleet))
             pair = []
             for c in (cell, twin):
                 base = stock[(group_key(c), c["load"])]
@@ -273,11 +287,11 @@ def plot(results: dict[str, Any], out: Path, load: float = 1.1) -> list[Path]:
     for group in results["groups"]:
         key = group_key(group)
         cells = [c for c in results["cells"] if group_key(c) == key]
-        slug = "-".join(key)
+        slug = "-".join(key if key[4] != "1" else key[:4])
         fig, ax = plt.subplots(figsize=(6, 4))
         for cell in (c for c in cells if c["load"] == load):
             ax.plot(cell["metrics"]["ttft_percentiles"], range(101), label=cell["arm"])
-        save(fig, ax, "TTFT (s)", "requests (%)", f"{' · '.join(key)}, load {load:g}x",
+        save(fig, ax, "TTFT (s)", "requests (%)", f"{label(key)}, load {load:g}x",
              f"{slug}-ttft-cdf.png")
         fig, ax = plt.subplots(figsize=(6, 4))
         for arm in dict.fromkeys(c["arm"] for c in cells if c["arm"] != STOCK):

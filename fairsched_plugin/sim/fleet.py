@@ -1,0 +1,187 @@
+"""A simulated fleet: N engines, each vLLM's real scheduler (stock or the plugin) on its
+own virtual clock, behind a router (``routers``).
+
+The engines advance in time order as discrete events: the engine whose clock is earliest
+steps next, and a request is routed as soon as no engine's next step comes before its
+arrival, so every engine has stepped up to (or just past) the arrival when the router
+reads their states. A routed request joins its engine at the engine's next step, as it
+joins a single engine mid-step (``engine.simulate``); an idle engine's clock moves to the
+arrival. One engine behind any router is exactly :func:`engine.simulate` (tested).
+
+The run has the report's shape: every engine's request rows (each with its ``engine``),
+every engine's trace records (each with its ``engine``), and ``meta.fleet``: the router
+and each engine's share of the work (requests, prompt and output tokens, the prompt tokens
+its prefix cache served, steps, busy time). A fleet run's trace can only be read per
+engine: steps of different engines overlap in time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..bench.arms import Arm
+from ..bench.case_files import WorkloadRequest
+from .arrivals import Arrivals
+from .engine import EngineLoop, SimRun, Timing
+from .engine_settings import SimSettings, SimulationStalled
+from .routers import EngineState, Router, make_router
+from .step_models import StepModel
+
+
+def engine_state(engine: EngineLoop) -> EngineState:
+    """What vLLM publishes of an engine's load: its waiting and running counts and its KV
+    cache usage (the plugin's held requests count as waiting, as vLLM counts them)."""
+    scheduler = engine.scheduler
+    running, waiting = scheduler.get_request_counts()
+    return EngineState(waiting, running, float(scheduler.kv_cache_manager.usage))
+
+
+def simulate_fleet(
+    arm: Arm,
+    case: Iterable[WorkloadRequest],
+    step_model: StepModel,
+    settings: SimSettings,
+    num_engines: int,
+    router: str | Router,
+    trace_dir: Path | None = None,
+    category: str | None = None,
+    closed_loop: bool = False,
+) -> SimRun:
+    """Run ``arm`` on every engine of a fleet of ``num_engines`` behind ``router`` (a
+    name from ``routers.ROUTERS`` or a router), to completion. ``trace_dir``: where each
+    engine's trace goes (``engine-<i>.jsonl``; None: no trace). Raises
+    :class:`SimulationStalled` as :func:`engine.simulate` does."""
+    if num_engines < 1:
+        raise ValueError(f"a fleet needs at least one engine, not {num_engines}")
+    if isinstance(router, str):
+        router = make_router(router, num_engines, settings.kv_cache_tokens)
+    arrivals = Arrivals(case, closed_loop)
+    routed: dict[str, tuple[int, WorkloadRequest]] = {}
+
+    def finished(case_id: str, at_s: float) -> None:
+        engine, request = routed[case_id]
+        router.finished(engine, request)
+        arrivals.done(case_id, at_s)
+
+    engines = [
+        EngineLoop(arm, step_model, settings,
+                   trace_dir / f"engine-{i}.jsonl" if trace_dir is not None else None,
+                   finished)
+        for i in range(num_engines)
+    ]
+    last_step = {id(e): 0 for e in engines}
+    counter = stuck = 0
+    try:
+        while True:
+            busy = [e for e in engines if e.busy]
+            next_step = min((e.clock.now for e in busy), default=None)
+            arrival = arrivals.next_time()
+            if arrival is not None and (next_step is None or arrival <= next_step):
+                request = arrivals.pop_due(arrival)
+                assert request is not None
+                chosen = router.route(request, arrival, [engine_state(e) for e in engines])
+                routed[request.id] = (chosen, request)
+                engine = engines[chosen]
+                engine.clock.jump_to(arrival)
+                engine.add(request)
+                stuck = 0
+                continue
+            if next_step is None:
+                if not arrivals.exhausted:  # closed loop: a turn waits on nothing running
+                    raise SimulationStalled("simulation stopped: a session's next turn "
+                                            "follows no request in flight")
+                break
+            # Ties in time go to the engine that stepped least recently.
+            engine = min(busy, key=lambda e: (e.clock.now, last_step[id(e)]))
+            now = engine.clock.now
+            later = [e.clock.now for e in busy if e.clock.now > now]
+            # Where an engine that can schedule nothing waits: the next arrival, or, with
+            # none released, the next step elsewhere (its end may release a turn); with
+            # another engine due at the same time, it waits for that one to step.
+            wait = arrival if arrival is not None else min(later, default=None)
+            if wait is None and len(later) < len(busy) - 1:
+                wait = now
+            before = (now, engine.timing.steps)
+            engine.step(wait)
+            counter += 1
+            last_step[id(engine)] = counter
+            stuck = stuck + 1 if (engine.clock.now, engine.timing.steps) == before else 0
+            if stuck > 2 * num_engines:
+                raise SimulationStalled("simulation stopped: no engine of the fleet can "
+                                        "schedule anything and nothing is left to arrive")
+    finally:
+        for engine in engines:
+            engine.close()
+    return SimRun(_fleet_run(engines, routed, router.name, step_model, category),
+                  _summed(engines), max(e.clock.now for e in engines))
+
+
+def _fleet_run(engines: list[EngineLoop], routed: dict[str, tuple[int, WorkloadRequest]],
+               router: str, step_model: StepModel, category: str | None) -> dict[str, Any]:
+    requests: list[dict[str, Any]] = []
+    trace: list[dict[str, Any]] = []
+    joined = 0
+    shares = []
+    for index, engine in enumerate(engines):
+        run = engine.run()
+        for row in run["requests"]:
+            row["engine"] = index
+        for record in run["trace"]:
+            record["engine"] = index
+        requests += run["requests"]
+        trace += run["trace"]
+        joined += run["meta"]["trace_joined"]
+        served = [r for r in run["requests"] if r["error"] is None]
+        shares.append({
+            "requests": len(run["requests"]),
+            "prompt_tokens": sum(r["prompt_tokens"] for r in served),
+            "output_tokens": sum(r["output_tokens"] for r in served),
+            "cached_tokens": sum(r["cached_tokens"] or 0 for r in served),
+            "steps": engine.timing.steps,
+            "busy_s": round(engine.busy_s, 6),
+        })
+    requests.sort(key=lambda row: (row["arrival_s"], row["id"]))
+    run = {"requests": requests, "trace": trace,
+           "meta": {"start_wall": 0.0, "trace_joined": joined, "simulated": True,
+                    "step_model": step_model.description,
+                    "fleet": {"router": router, "engines": shares}}}
+    if category is not None:
+        run["category"] = category
+    return run
+
+
+def _summed(engines: list[EngineLoop]) -> Timing:
+    total = Timing()
+    for engine in engines:
+        part = engine.timing
+        total.schedule_s += part.schedule_s
+        total.update_s += part.update_s
+        total.step_model_s += part.step_model_s
+        total.other_s += part.other_s
+        total.steps += part.steps
+    return total
+
+
+def balance(run: dict[str, Any]) -> dict[str, float]:
+    """How evenly a fleet run spread its work: the busiest engine's busy time and prompt
+    tokens over the mean's (1.0: perfectly even)."""
+    shares = run["meta"]["fleet"]["engines"]
+    busy = [s["busy_s"] for s in shares]
+    prompt = [s["prompt_tokens"] for s in shares]
+    return {"busy_max_over_mean": max(busy) / (sum(busy) / len(busy)) if sum(busy) else 1.0,
+            "prompt_max_over_mean": (max(prompt) / (sum(prompt) / len(prompt))
+                                     if sum(prompt) else 1.0)}
+
+
+def fleet_runner(num_engines: int, router: str) -> Callable[..., SimRun]:
+    """A ``capacity.Runner`` for a fleet: each run gets a fresh ``router``. It always runs
+    to completion (a fleet has no early stop): the rows up to the last arrival are the
+    same either way, since nothing later changes what happened before."""
+
+    def run(arm: Arm, case: Sequence[WorkloadRequest], step_model: StepModel,
+            settings: SimSettings, stop_at_last_arrival: bool) -> SimRun:
+        return simulate_fleet(arm, case, step_model, settings, num_engines, router)
+
+    return run

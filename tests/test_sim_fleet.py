@@ -1,0 +1,161 @@
+"""A simulated fleet: engines on their own clocks behind a router. One engine behind any
+router is exactly the single-engine simulator; each router decides as the deployment it
+stands for does, checked against decisions worked out by hand; every request is served
+once, by the engine the router chose."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from fairsched_plugin.bench import traces
+from fairsched_plugin.bench.arms import parse_arm
+from fairsched_plugin.bench.case_files import WorkloadRequest
+from fairsched_plugin.sim.engine import simulate
+from fairsched_plugin.sim.engine_settings import SimSettings
+from fairsched_plugin.sim.fleet import balance, simulate_fleet
+from fairsched_plugin.sim.routers import (EngineState, LlmdScorer, VllmDataParallel,
+                                          make_router)
+from fairsched_plugin.sim.step_models import LinearStepModel
+
+STEP = LinearStepModel(base_s=0.004, per_token_s=0.00005)
+SETTINGS = SimSettings(max_num_batched_tokens=512, max_num_seqs=16, max_model_len=4096,
+                       kv_cache_tokens=1 << 15)
+
+
+def _burst(n: int = 120, seed: int = 3) -> list[WorkloadRequest]:
+    rng = random.Random(seed)
+    return [WorkloadRequest(id=f"q{i}", arrival_s=round(0.01 * i + (i % 17 == 0) * 0.3, 4),
+                            prompt="", prompt_tokens=rng.randint(16, 1500),
+                            output_tokens=rng.randint(4, 80), tier=0, request_class="short",
+                            category="fleet")
+            for i in range(n)]
+
+
+def _without_engine(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "engine"} for row in rows]
+
+
+@pytest.mark.parametrize("policy", ["stock", "guarded-srpf"])
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_one_engine_behind_any_router_is_the_single_engine_simulator(
+        policy: str, async_scheduling: bool) -> None:
+    settings = SimSettings(**{**SETTINGS.__dict__, "async_scheduling": async_scheduling})
+    arm = parse_arm(policy)
+    case = sorted(_burst(), key=lambda r: r.arrival_s)
+    alone = simulate(arm, case, STEP, settings)
+    for router in ("round-robin", "vllm-dp", "llm-d"):
+        fleet = simulate_fleet(arm, case, STEP, settings, 1, router)
+        assert _without_engine(fleet.run["requests"]) == sorted(
+            alone.run["requests"], key=lambda r: (r["arrival_s"], r["id"]))
+        assert fleet.virtual_s == alone.virtual_s
+
+
+def test_every_request_is_served_once_by_the_engine_its_router_chose() -> None:
+    case = _burst()
+    run = simulate_fleet(parse_arm("guarded-srpf"), case, STEP, SETTINGS, 4,
+                         "round-robin").run
+    rows = run["requests"]
+    assert sorted(r["id"] for r in rows) == sorted(r.id for r in case)
+    assert all(r["output_tokens"] == r["target_output_tokens"] for r in rows)
+    # Round robin: the k-th arrival goes to engine k mod 4.
+    order = sorted(case, key=lambda r: (r.arrival_s, int(r.id[1:])))
+    by_id = {r["id"]: r for r in rows}
+    assert [by_id[r.id]["engine"] for r in order] == [k % 4 for k in range(len(order))]
+    shares = run["meta"]["fleet"]["engines"]
+    assert [s["requests"] for s in shares] == [30] * 4
+    assert sum(s["output_tokens"] for s in shares) == sum(r.output_tokens for r in case)
+    assert all(s["busy_s"] > 0 for s in shares)
+    assert balance(run)["busy_max_over_mean"] >= 1.0
+
+
+def test_a_fleet_keeps_each_engines_trace_apart(tmp_path: Path) -> None:
+    run = simulate_fleet(parse_arm("stock"), _burst(40), STEP, SETTINGS, 2, "vllm-dp",
+                         trace_dir=tmp_path).run
+    assert {r["engine"] for r in run["trace"]} == {0, 1}
+    assert (tmp_path / "engine-0.jsonl").is_file() and (tmp_path / "engine-1.jsonl").is_file()
+    assert run["meta"]["trace_joined"] == 40
+
+
+def _request(i: int, blocks: tuple[str, ...] = (), tokens: int = 64) -> WorkloadRequest:
+    return WorkloadRequest(id=f"r{i}", arrival_s=0.0, prompt="", prompt_tokens=tokens,
+                           output_tokens=4, tier=0, request_class="short", category="x",
+                           blocks=blocks, block_tokens=16 if blocks else 0)
+
+
+def test_vllm_dp_picks_the_lowest_score_as_vllms_balancer_computes_it() -> None:
+    router = VllmDataParallel(3)
+    # Engine 0: 2 waiting at 90% KV -> 2 + 2 * 6 * 0.4 = 6.8; engine 1: 4 running -> 4;
+    # engine 2: 1 waiting + 2 running at 40% KV (no KV penalty below 50%) -> 3.
+    states = [EngineState(2, 0, 0.9), EngineState(0, 4, 0.3), EngineState(1, 2, 0.4)]
+    assert router.route(_request(0), 0.0, states) == 2
+    # Within the coordinator's 100 ms the snapshot is not re-read: the client counted its
+    # own request on engine 2 (score 4 + in flight), and the scan now starts at engine 1,
+    # so the tie at 4 goes to engine 1.
+    assert router.route(_request(1), 0.05, [EngineState(0, 0, 0.0)] * 3) == 1
+    # A new snapshot 100 ms later: all idle, but the client's in-flight floor (1 each on
+    # engines 1 and 2) sends the next request to engine 0.
+    assert router.route(_request(2), 0.15, [EngineState(0, 0, 0.0)] * 3) == 0
+    router.finished(2, _request(0))
+    assert router.route(_request(3), 0.3, [EngineState(0, 0, 0.0)] * 3) == 2
+
+
+def test_llm_d_weighs_prefix_affinity_queue_and_kv_as_its_default_profile() -> None:
+    router = LlmdScorer(2, index_tokens=1 << 14)
+    idle = [EngineState(0, 0, 0.0)] * 2
+    shared = tuple(f"sys-{k}" for k in range(4))
+    assert router.route(_request(0, shared), 0.0, idle) == 0
+    # Equal load: the prefix held on engine 0 (4 of 4 blocks) wins against the rotation.
+    assert router.route(_request(1, shared + ("u1",), 80), 0.1, idle) == 0
+    assert router.scores(_request(2, shared), idle) == [3.0 + 2.0 + 2.0, 2.0 + 2.0]
+    # A queue on engine 0 (3 waiting against none) costs it the whole queue weight, and
+    # 60% KV usage 60% of the KV weight: 3 + 0 + 0.8 < 0 + 2 + 2.
+    busy = [EngineState(3, 1, 0.6), EngineState(0, 1, 0.0)]
+    assert router.route(_request(3, shared), 0.2, busy) == 1
+    # Requests that name no blocks score on load alone.
+    assert router.scores(_request(4), busy) == pytest.approx([0.8, 4.0])
+
+
+def test_llm_d_forgets_the_least_recently_routed_prefix_beyond_its_index() -> None:
+    router = LlmdScorer(2, index_tokens=64)  # 4 blocks of 16 tokens per engine
+    idle = [EngineState(0, 0, 0.0)] * 2
+    old = tuple(f"old-{k}" for k in range(4))
+    assert router.route(_request(0, old), 0.0, idle) == 0
+    router.route(_request(1, tuple(f"new-{k}" for k in range(4))), 0.1,
+                 [EngineState(0, 0, 0.0), EngineState(5, 0, 0.0)])
+    assert router.scores(_request(2, old), idle) == [2.0 + 2.0, 2.0 + 2.0]
+
+
+def test_llm_d_keeps_conversations_on_the_engine_that_caches_them(tmp_path: Path) -> None:
+    log = tmp_path / "chat.jsonl"
+    turns = []
+    for s in range(6):
+        for t in range(3):
+            turns.append({"arrival_s": 0.4 * s + 2.0 * t, "prompt_tokens": 300 + 400 * t,
+                          "output_tokens": 30, "session": f"s{s}", "turn": t + 1})
+    log.write_text("".join(json.dumps(r) + "\n" for r in sorted(turns,
+                                                                key=lambda r: r["arrival_s"])))
+    case = traces.load_trace_case(log)
+    settings = SimSettings(**{**SETTINGS.__dict__, "enable_prefix_caching": True})
+    by_router = {}
+    for router in ("round-robin", "llm-d"):
+        run = simulate_fleet(parse_arm("stock"), case, STEP, settings, 3, router).run
+        engine_of = {row["id"]: row["engine"] for row in run["requests"]}
+        engines_of: dict[str, set[int]] = {}
+        for request in case:
+            engines_of.setdefault(request.session, set()).add(engine_of[request.id])
+        by_router[router] = (engines_of, sum(r["cached_tokens"] for r in run["requests"]))
+    llmd_engines, llmd_cached = by_router["llm-d"]
+    assert all(len(engines) == 1 for engines in llmd_engines.values())
+    assert llmd_cached > by_router["round-robin"][1]
+
+
+def test_bad_fleet_input_is_named() -> None:
+    with pytest.raises(ValueError, match="at least one engine"):
+        simulate_fleet(parse_arm("stock"), _burst(2), STEP, SETTINGS, 0, "round-robin")
+    with pytest.raises(ValueError, match="unknown router 'nearest'.*round-robin, vllm-dp, "
+                                         "llm-d"):
+        make_router("nearest", 2, 1024)
