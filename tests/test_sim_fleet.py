@@ -159,3 +159,29 @@ def test_bad_fleet_input_is_named() -> None:
     with pytest.raises(ValueError, match="unknown router 'nearest'.*round-robin, vllm-dp, "
                                          "llm-d"):
         make_router("nearest", 2, 1024)
+
+
+def test_fleet_specs_are_parsed_and_bad_ones_named() -> None:
+    from fairsched_plugin.sim.routers import parse_fleet
+    from fairsched_plugin.sim.suite import FULL
+
+    assert parse_fleet("1") == (1, None)
+    assert parse_fleet("8xllm-d") == (8, "llm-d")
+    for bad in ("4", "0xvllm-dp", "4xnearest", "fourxllm-d"):
+        with pytest.raises(ValueError, match=f"fleet '{bad}': expected 1 .one engine. or "
+                                             "NxROUTER"):
+            parse_fleet(bad)
+    plan = FULL.__class__(("azure-conv",), ("h100",), ("qwen3-8b",), ("async",), (1.0,),
+                          ("stock",), 10, fleets=("1", "4xvllm-dp"))
+    assert plan.groups() == [("azure-conv", "h100", "qwen3-8b", "async", "1"),
+                             ("azure-conv", "h100", "qwen3-8b", "async", "4xvllm-dp")]
+
+
+def test_the_suite_refuses_a_bad_fleet_before_running(tmp_path: Path, capsys) -> None:
+    from fairsched_plugin.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["suite", "--fleets", "4xnearest", "--out", str(tmp_path)])
+    assert stop.value.code == 2
+    assert "fleet '4xnearest': expected" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

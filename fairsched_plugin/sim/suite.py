@@ -64,7 +64,8 @@ class Plan:
     """(scenario, device, model) groups also run sync, to show how far verdicts move."""
     fleets: tuple[str, ...] = ("1",)
     """One engine (``"1"``) and/or fleets of engines behind a router
-    (``fleet.FLEET_SPEC``, e.g. ``"4xvllm-dp"``)."""
+    (``routers.FLEET_SPEC``, e.g. ``"4xvllm-dp"``); a fleet of N engines runs
+    ``num_requests`` x N requests."""
 
     def groups(self) -> list[tuple[str, str, str, str, str]]:
         """Every combination; a ``sync_also`` group right after its async twin."""
@@ -187,7 +188,7 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
     groups = plan.groups()
     total_runs = len(groups) * len(plan.loads) * len(plan.arms)
     done_runs, run_s, started = 0, 0.0, time.perf_counter()
-    cases: dict[str, list[Any]] = {}
+    cases: dict[tuple[str, int], list[Any]] = {}
     capacities: dict[tuple[Any, ...], Capacity] = {}
     """By requests and engine: open- and closed-loop replays of one case share theirs."""
 
@@ -209,7 +210,14 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
 
     for g, (scenario_name, device, model_name, mode, fleet) in enumerate(groups, start=1):
         scenario = SCENARIOS[scenario_name]
-        case = cases.setdefault(scenario_name, scenario.build(plan.num_requests))
+        # A fleet of N engines gets N times the requests: the same span of the trace per
+        # engine, so its capacity is measured over as long a window as one engine's (a
+        # short window lets a fleet's many running decodes hide a growing backlog).
+        engines = parse_fleet(fleet)[0]
+        size = plan.num_requests * engines
+        if (scenario_name, size) not in cases:
+            cases[scenario_name, size] = scenario.build(size)
+        case = cases[scenario_name, size]
         model = AnalyticStepModel(model_config(model_name), accelerator(device), device)
         settings = group_settings(scenario, device, model, mode)
         label = f"{scenario_name} / {device} / {model_name} / {mode}" + (
@@ -225,7 +233,7 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
             "accelerator": model.accelerator.name, "step_model": model.description,
             "engine": asdict(settings), "closed_loop": scenario.closed_loop,
             "capacity_rps": _r(capacity.rate), "capacity": asdict(capacity),
-            **({"fleet": fleet} if fleet != "1" else {}),
+            **({"fleet": fleet, "requests": size} if fleet != "1" else {}),
         }
         if settings.enable_prefix_caching:
             without = capacity_of(scenario, case, model,

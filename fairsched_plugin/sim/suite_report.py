@@ -76,12 +76,19 @@ def _setting_line(group: dict[str, Any]) -> str:
     too, where it is on)."""
     engine = group["engine"]
     cached = engine.get("enable_prefix_caching", False)
-    line = (f"Budget {engine['max_num_batched_tokens']} tokens, {engine['max_num_seqs']} "
-            f"sequences, max_model_len {engine['max_model_len']}, block {engine['block_size']}"
-            f", KV cache {engine['kv_cache_tokens']:,} tokens, prefix cache "
-            f"{'on' if cached else 'off'}, "
-            f"{'closed' if group.get('closed_loop') else 'open'}-loop arrivals. Stock's "
-            f"capacity: **{group['capacity_rps']:.2f} req/s**")
+    fleet = group.get("fleet")
+    if fleet:
+        count, _, router = fleet.partition("x")
+        line = (f"{count} engines behind {router} ({group['requests']:,} requests); each "
+                f"engine: budget")
+    else:
+        line = "Budget"
+    line += (f" {engine['max_num_batched_tokens']} tokens, {engine['max_num_seqs']} "
+             f"sequences, max_model_len {engine['max_model_len']}, block "
+             f"{engine['block_size']}, KV cache {engine['kv_cache_tokens']:,} tokens, prefix "
+             f"cache {'on' if cached else 'off'}, "
+             f"{'closed' if group.get('closed_loop') else 'open'}-loop arrivals. Stock's "
+             f"capacity: **{group['capacity_rps']:.2f} req/s**")
     if "capacity_cache_off_rps" in group:
         line += f" ({group['capacity_cache_off_rps']:.2f} with the prefix cache off)"
     return line + "."
