@@ -83,7 +83,7 @@ def _full() -> dict:
               "bias_ms": 2.5, "model": "roofline of qwen3-8b on H100 SXM"},
         apc={"admitted": 7, "deferred": 2},
         failures={"the metrics": 1},
-        queue={"short": {"waiting": 2, "oldest_wait_s": 1.5},
+        queue={"short": {"waiting": 2, "prompt_tokens": 180, "oldest_wait_s": 1.5},
                "medium": {"waiting": 0, "oldest_wait_s": 0.0},
                "long": {"waiting": 0, "oldest_wait_s": 0.0}},
         steps=42,
@@ -96,7 +96,8 @@ def _plain() -> dict:
         {"class": "long", "tier": "0", "counts": [0, 1, 0, 0], "sum": 0.5}],
         queue={"short": {"waiting": 0, "oldest_wait_s": 0.0},
                "medium": {"waiting": 0, "oldest_wait_s": 0.0},
-               "long": {"waiting": 1, "oldest_wait_s": 0.25}}, steps=7)
+               "long": {"waiting": 1, "prompt_tokens": 3000, "oldest_wait_s": 0.25}},
+        steps=7)
 
 
 def _write(base: Path, *documents: dict) -> None:
@@ -181,6 +182,10 @@ def test_counts_and_gauges_per_engine(tmp_path):
                for s in _samples(families, "fairsched:waiting_requests")}
     assert waiting == {("0", "short"): 2, ("0", "medium"): 0, ("0", "long"): 0,
                        ("1", "short"): 0, ("1", "medium"): 0, ("1", "long"): 1}
+    work = {(s.labels["engine"], s.labels["class"]): s.value
+            for s in _samples(families, "fairsched:waiting_prompt_tokens")}
+    assert work == {("0", "short"): 180, ("0", "medium"): 0, ("0", "long"): 0,
+                    ("1", "short"): 0, ("1", "medium"): 0, ("1", "long"): 3000}
     oldest = {(s.labels["engine"], s.labels["class"]): s.value
               for s in _samples(families, "fairsched:oldest_wait_seconds")}
     assert 1.5 + AGE_S <= oldest["0", "short"] < 1.5 + AGE_S + 60
@@ -333,7 +338,8 @@ def test_the_engines_as_json(serve_parser, tmp_path):
     assert full["snapshot_time"] == pytest.approx(time.time() - full["snapshot_age_s"], abs=60)
     assert full["queue"]["short"]["waiting"] == 2
     assert 1.5 + AGE_S <= full["queue"]["short"]["oldest_wait_s"] < 1.5 + AGE_S + 60
-    assert full["queue"]["long"] == {"waiting": 0, "oldest_wait_s": 0.0}
+    assert full["queue"]["long"] == {"waiting": 0, "prompt_tokens": 0, "oldest_wait_s": 0.0}
+    assert full["queue"]["short"]["prompt_tokens"] == 180
     assert full["alpha"] == 250.0
     assert full["lprs"]["fallback_steps"] == {"predictor_error": 1, "guard": 4}
     assert full["failures"] == {"the metrics": 1}

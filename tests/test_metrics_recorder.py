@@ -46,6 +46,18 @@ def test_overdue_lateness_is_dated_by_the_served_work():
     assert recorder.lateness.total == pytest.approx(1.5)  # passed at t=2.0
 
 
+def test_the_queue_counts_the_prompt_tokens_still_waiting_per_class():
+    recorder = MetricsRecorder((128, 1024))
+    for req_id, tokens in (("a", 3000), ("b", 2000), ("c", 40), ("d", 500)):
+        recorder.on_arrival(req_id, 0.0, tokens, 0, None)
+    recorder.on_scheduled(["b"], 1.0, None)  # admitted: no longer queued work
+    recorder.on_finished("d")  # aborted while waiting
+    queue = recorder.queue(2.0)
+    assert {k: v["prompt_tokens"] for k, v in queue.items()} == {
+        "short": 40, "medium": 0, "long": 3000}
+    assert {k: v["waiting"] for k, v in queue.items()} == {"short": 1, "medium": 0, "long": 1}
+
+
 def test_an_abort_before_any_step_is_abandoned_not_a_wait():
     recorder = MetricsRecorder((128, 1024))
     recorder.on_arrival("a", 0.0, 2000, 2, None)

@@ -185,3 +185,31 @@ def test_the_suite_refuses_a_bad_fleet_before_running(tmp_path: Path, capsys) ->
     assert stop.value.code == 2
     assert "fleet '4xnearest': expected" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_llm_d_work_reads_the_queue_in_prompt_tokens() -> None:
+    by_count, by_work = LlmdScorer(2, 1 << 14), LlmdScorer(2, 1 << 14, queue_by_work=True)
+    # Engine 0: one 8,000-token prompt waiting; engine 1: three 50-token ones.
+    states = [EngineState(1, 2, 0.3, 8000), EngineState(3, 2, 0.3, 150)]
+    assert by_count.route(_request(0), 0.0, states) == 0
+    assert by_work.route(_request(0), 0.0, states) == 1
+    assert by_work.name == "llm-d-work" and make_router("llm-d-work", 2, 1024).queue_by_work
+
+
+def test_the_fleet_reports_each_engines_waiting_prompt_tokens() -> None:
+    seen: list[list[EngineState]] = []
+
+    class Recording(LlmdScorer):
+        def route(self, request, now, engines):
+            seen.append(list(engines))
+            return super().route(request, now, engines)
+
+    burst = [_request(i, tokens=400 + i) for i in range(40)]
+    simulate_fleet(parse_arm("stock"), burst, STEP, SETTINGS, 2,
+                   Recording(2, 1 << 14, queue_by_work=True))
+    # All arrive at once: before the first step, every routed prompt still waits.
+    routed = [0, 0]
+    for i, states in enumerate(seen):
+        assert [s.waiting_prompt_tokens for s in states] == routed
+        routed[[s.waiting_prompt_tokens for s in states].index(min(
+            s.waiting_prompt_tokens for s in states))] += 400 + i

@@ -78,6 +78,9 @@ _FAMILIES: dict[str, tuple[type[Metric], str, tuple[str, ...]]] = {
         ("place",)),
     "fairsched:waiting_requests": (
         GaugeMetricFamily, "Requests not yet scheduled, by prompt class.", ("class",)),
+    "fairsched:waiting_prompt_tokens": (
+        GaugeMetricFamily, "Prompt tokens of the requests not yet scheduled (the prefill "
+        "work queued, before prefix-cache hits), by prompt class.", ("class",)),
     "fairsched:oldest_wait_seconds": (
         GaugeMetricFamily, "Wait so far of the oldest request not yet scheduled, by "
         "prompt class (0 when none waits).", ("class",)),
@@ -173,6 +176,8 @@ def _samples(document: dict[str, Any], now: float) -> dict[str, list[_Sample]]:
     queue = queue_now(document, now)
     out["fairsched:waiting_requests"] = [
         ((klass,), float(entry["waiting"])) for klass, entry in queue.items()]
+    out["fairsched:waiting_prompt_tokens"] = [
+        ((klass,), float(entry["prompt_tokens"])) for klass, entry in queue.items()]
     out["fairsched:oldest_wait_seconds"] = [
         ((klass,), entry["oldest_wait_s"]) for klass, entry in queue.items()]
     out["fairsched:scheduler_steps"] = [((), float(document["steps"]))]

@@ -18,13 +18,15 @@ def snapshot_age(document: dict[str, Any], now: float) -> float:
 
 
 def queue_now(document: dict[str, Any], now: float) -> dict[str, dict[str, float]]:
-    """Class -> ``{"waiting", "oldest_wait_s"}`` at ``now``: an empty class's oldest wait
-    is 0, a class the document lacks is empty."""
+    """Class -> ``{"waiting", "prompt_tokens", "oldest_wait_s"}`` at ``now``: an empty
+    class's oldest wait is 0, a class the document lacks is empty."""
     age = snapshot_age(document, now)
     out = {}
     for klass in CLASSES:
         entry = document["queue"].get(klass) or {}
         waiting = int(entry.get("waiting", 0))
         oldest = float(entry["oldest_wait_s"]) + age if waiting else 0.0
-        out[klass] = {"waiting": waiting, "oldest_wait_s": oldest}
+        out[klass] = {"waiting": waiting,
+                      "prompt_tokens": int(entry.get("prompt_tokens", 0)),
+                      "oldest_wait_s": oldest}
     return out

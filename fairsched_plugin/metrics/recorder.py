@@ -54,6 +54,7 @@ class _Pending:
     deadline: float | None
     seq: int
     """Order of arrival at the scheduler: vLLM's own first-come, first-served order."""
+    prompt_tokens: int
 
 
 class MetricsRecorder:
@@ -87,7 +88,8 @@ class MetricsRecorder:
                    deadline: float | None) -> None:
         self._arrived += 1
         self._pending[req_id] = _Pending(arrival, self.request_class(prompt_tokens),
-                                         str(priority), deadline, self._arrived)
+                                         str(priority), deadline, self._arrived,
+                                         prompt_tokens)
 
     def on_scheduled(self, req_ids: list[str], now: float, served: float | None) -> None:
         """``req_ids``: the requests this step admitted; those seen for the first time
@@ -152,11 +154,14 @@ class MetricsRecorder:
         return self._served_at[-1] if self._served_at else 0.0
 
     def queue(self, now: float) -> dict[str, dict[str, float]]:
-        """Requests not yet scheduled, by class, with the oldest one's wait."""
-        out = {klass: {"waiting": 0, "oldest_wait_s": 0.0} for klass in CLASSES}
+        """Requests not yet scheduled, by class, with their prompt tokens (the prefill
+        work queued, before any prefix-cache hit) and the oldest one's wait."""
+        out = {klass: {"waiting": 0, "prompt_tokens": 0, "oldest_wait_s": 0.0}
+               for klass in CLASSES}
         for p in self._pending.values():
             entry = out[p.klass]
             entry["waiting"] += 1
+            entry["prompt_tokens"] += p.prompt_tokens
             entry["oldest_wait_s"] = max(entry["oldest_wait_s"], now - p.arrival)
         return out
 

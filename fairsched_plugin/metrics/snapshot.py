@@ -32,7 +32,8 @@ The document (``version`` 1):
 - ``apc``: outcome -> count of APC's decisions; absent without APC;
 - ``failures``: place -> count of steps that ran as stock vLLM because the plugin's work
   failed there;
-- ``queue``: class -> ``{"waiting", "oldest_wait_s"}`` for requests not yet scheduled;
+- ``queue``: class -> ``{"waiting", "prompt_tokens", "oldest_wait_s"}`` for requests not
+  yet scheduled;
 - ``steps``: engine steps scheduled.
 """
 

@@ -119,8 +119,10 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                           "with the engine settings given (default: 1, no router)")
     sim.add_argument("--router", choices=ROUTERS,
                      help="how a fleet routes each request: round-robin, vllm-dp (vLLM's "
-                          "data-parallel balancer) or llm-d (llm-d's default endpoint "
-                          "scorers: prefix 3, queue 2, KV 2); default round-robin")
+                          "data-parallel balancer), llm-d (llm-d's default endpoint "
+                          "scorers: prefix 3, queue 2, KV 2) or llm-d-work (llm-d with the "
+                          "queue read as the plugin's waiting prompt tokens); default "
+                          "round-robin")
     sim.add_argument("--target-ms", type=positive_float,
                      help="score every arm's step times against this latency target in ms "
                           "(default: no target)")

@@ -30,12 +30,17 @@ from .routers import EngineState, Router, make_router
 from .step_models import StepModel
 
 
-def engine_state(engine: EngineLoop) -> EngineState:
+def engine_state(engine: EngineLoop, work: bool = False) -> EngineState:
     """What vLLM publishes of an engine's load: its waiting and running counts and its KV
-    cache usage (the plugin's held requests count as waiting, as vLLM counts them)."""
+    cache usage (the plugin's held requests count as waiting, as vLLM counts them); and
+    the prompt tokens of its requests no step has scheduled yet (what the plugin's
+    ``fairsched:waiting_prompt_tokens`` reports; counted only with ``work``: it walks the
+    queue)."""
     scheduler = engine.scheduler
     running, waiting = scheduler.get_request_counts()
-    return EngineState(waiting, running, float(scheduler.kv_cache_manager.usage))
+    queued = (sum(r.num_prompt_tokens for r in scheduler.waiting if r.num_computed_tokens == 0)
+              if work else 0)
+    return EngineState(waiting, running, float(scheduler.kv_cache_manager.usage), queued)
 
 
 def simulate_fleet(
@@ -57,6 +62,7 @@ def simulate_fleet(
         raise ValueError(f"a fleet needs at least one engine, not {num_engines}")
     if isinstance(router, str):
         router = make_router(router, num_engines, settings.kv_cache_tokens)
+    reads_work = getattr(router, "queue_by_work", False)
     arrivals = Arrivals(case, closed_loop)
     routed: dict[str, tuple[int, WorkloadRequest]] = {}
 
@@ -81,7 +87,8 @@ def simulate_fleet(
             if arrival is not None and (next_step is None or arrival <= next_step):
                 request = arrivals.pop_due(arrival)
                 assert request is not None
-                chosen = router.route(request, arrival, [engine_state(e) for e in engines])
+                chosen = router.route(request, arrival,
+                                      [engine_state(e, reads_work) for e in engines])
                 routed[request.id] = (chosen, request)
                 engine = engines[chosen]
                 engine.clock.jump_to(arrival)

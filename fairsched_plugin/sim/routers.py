@@ -18,6 +18,9 @@ Three routers, each as the deployment it stands for does it:
   scorer's approximate mode: an LRU of block names per engine, as large as the engine's
   KV cache). Requests that name no blocks score 0 on prefix everywhere. Ties go to the
   first engine from an index that rotates per request (the picker draws at random).
+* ``llm-d-work``: ``llm-d`` with its queue scorer reading the plugin's
+  ``fairsched:waiting_prompt_tokens`` (the prompt tokens queued, summed over classes) in
+  place of the waiting count: a queue of a few long prompts is as long as many short ones.
 
 Routers read each engine's state as of its last completed step (:class:`EngineState`):
 at most one step older than the arrival, as a router reading ``/metrics`` sees it.
@@ -33,12 +36,15 @@ from ..bench.case_files import WorkloadRequest
 
 
 class EngineState(NamedTuple):
-    """What a router can read of one engine (vLLM's ``get_request_counts`` and
-    ``get_kv_cache_usage``, the figures its data-parallel coordinator publishes)."""
+    """What a router can read of one engine: vLLM's ``get_request_counts`` and
+    ``get_kv_cache_usage`` (the figures its data-parallel coordinator publishes), and the
+    prompt tokens of the requests not yet scheduled (the plugin's
+    ``fairsched:waiting_prompt_tokens``)."""
 
     waiting: int
     running: int
     kv_usage: float
+    waiting_prompt_tokens: int = 0
 
 
 class Router(Protocol):
@@ -119,10 +125,11 @@ LLMD_WEIGHTS = {"prefix": 3.0, "queue": 2.0, "kv": 2.0}
 class LlmdScorer:
     """llm-d's endpoint picker with its default scorers (module docstring)."""
 
-    name = "llm-d"
-
     def __init__(self, num_engines: int, index_tokens: int,
-                 weights: dict[str, float] | None = None) -> None:
+                 weights: dict[str, float] | None = None, queue_by_work: bool = False) -> None:
+        self.name = "llm-d-work" if queue_by_work else "llm-d"
+        self.queue_by_work = queue_by_work
+        """The queue scorer reads the waiting prompt tokens, not the waiting count."""
         self.num_engines = num_engines
         self.weights = dict(LLMD_WEIGHTS if weights is None else weights)
         self.index_tokens = index_tokens
@@ -146,12 +153,13 @@ class LlmdScorer:
 
     def scores(self, request: WorkloadRequest, engines: Sequence[EngineState]) -> list[float]:
         """Each engine's weighted score for ``request`` (highest wins)."""
-        queues = [s.waiting for s in engines]
+        queues = [s.waiting_prompt_tokens if self.queue_by_work else s.waiting
+                  for s in engines]
         low, high = min(queues), max(queues)
         blocks = prompt_blocks(request)
         totals = []
         for i, state in enumerate(engines):
-            queue = 1.0 if high == low else (high - state.waiting) / (high - low)
+            queue = 1.0 if high == low else (high - queues[i]) / (high - low)
             prefix = self._leading_hits(i, blocks) / len(blocks) if blocks else 0.0
             totals.append(self.weights["prefix"] * prefix + self.weights["queue"] * queue
                           + self.weights["kv"] * (1.0 - state.kv_usage))
@@ -189,7 +197,7 @@ def prompt_blocks(request: WorkloadRequest) -> tuple[str, ...]:
     return request.blocks[:-(-request.prompt_tokens // request.block_tokens)]
 
 
-ROUTERS = ("round-robin", "vllm-dp", "llm-d")
+ROUTERS = ("round-robin", "vllm-dp", "llm-d", "llm-d-work")
 
 
 def make_router(name: str, num_engines: int, kv_cache_tokens: int) -> Router:
@@ -199,8 +207,8 @@ def make_router(name: str, num_engines: int, kv_cache_tokens: int) -> Router:
         return RoundRobin(num_engines)
     if name == "vllm-dp":
         return VllmDataParallel(num_engines)
-    if name == "llm-d":
-        return LlmdScorer(num_engines, kv_cache_tokens)
+    if name in ("llm-d", "llm-d-work"):
+        return LlmdScorer(num_engines, kv_cache_tokens, queue_by_work=name == "llm-d-work")
     raise ValueError(f"unknown router {name!r}; choose one of {', '.join(ROUTERS)}")
 
 

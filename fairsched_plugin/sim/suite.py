@@ -396,7 +396,8 @@ def main(args: argparse.Namespace) -> int:
         groups = plan.groups()
         print(f"suite: {len(groups)} group(s) x {len(plan.loads)} loads x {len(plan.arms)} "
               f"arms = {len(groups) * len(plan.loads) * len(plan.arms)} runs of "
-              f"{plan.num_requests} requests, plus a capacity search per group")
+              f"{plan.num_requests} requests (per engine on a fleet), plus a capacity search "
+              "per group")
         run_suite(plan, args.out)
     elif not results_path.exists():
         print(f"error: no {results_path} to render", file=sys.stderr)
