@@ -178,3 +178,15 @@ def test_a_committed_open_loop_conversation_cell_reproduces_exactly() -> None:
     case = scenario.build(results["plan"]["num_requests"])
     assert run_cell(case, model, settings, cell["arm"], cell["rate"],
                     scenario.closed_loop) == cell["metrics"]
+
+
+FLEET_RESULTS = RESULTS.parent / "2026-12-07-fleets" / "azure-conv"
+
+
+def test_the_committed_fleet_table_renders_from_its_results(tmp_path: Path) -> None:
+    from fairsched_plugin.cli import main
+
+    shutil.copy(FLEET_RESULTS / "results.json", tmp_path / "results.json")
+    assert main(["suite", "--render", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "suite.md").read_text() == (FLEET_RESULTS / "suite.md").read_text()
+
