@@ -213,3 +213,22 @@ def test_the_fleet_reports_each_engines_waiting_prompt_tokens() -> None:
         assert [s.waiting_prompt_tokens for s in states] == routed
         routed[[s.waiting_prompt_tokens for s in states].index(min(
             s.waiting_prompt_tokens for s in states))] += 400 + i
+
+
+def test_simulate_runs_a_fleet_from_the_command_line(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from fairsched_plugin.cli import main
+
+    trace = tmp_path / "log.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
+        f"{0.02 * i:.2f},{40 + (i * 37) % 300},{8 + i % 9}\n" for i in range(60)))
+    assert main(["simulate", "--trace", str(trace), "--step-model", "linear:2:0.1",
+                 "--max-num-batched-tokens", "256", "--max-num-seqs", "32",
+                 "--arms", "stock,guarded-srpf", "--engines", "2", "--router", "vllm-dp",
+                 "--out", str(tmp_path / "sim")]) == 0
+    out = capsys.readouterr().out
+    assert "stock: 2 engines behind vllm-dp; requests per engine" in out
+    config = json.loads((tmp_path / "sim" / "config.json").read_text())
+    assert config["fleet"] == {"engines": 2, "router": "vllm-dp"}
+    traces = sorted(p.name for p in (tmp_path / "sim" / "runs" / "stock" / "r1").iterdir())
+    assert traces == ["engine-0.jsonl", "engine-1.jsonl"]
