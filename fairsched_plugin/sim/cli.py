@@ -43,7 +43,7 @@ from .engine_settings import (
     settings_record,
 )
 from .hardware import PresetError
-from .routers import ROUTERS
+from .routers import ROUTERS, Fleet
 from .step_models import AnalyticStepModel, OnnxStepModel, StepModel, parse_step_model
 
 if TYPE_CHECKING:
@@ -181,10 +181,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     # vLLM and torch load here, once the arguments and inputs are known to be good.
-    from .matrix import Fleet, run_matrix
+    from .matrix import run_matrix
 
-    fleet = (Fleet(args.engines, args.router or "round-robin")
-             if args.engines > 1 or args.router else None)
+    fleet = fleet_of(args)
 
     print(f"step model: {model.description}")
     print(describe(settings, sources))
@@ -215,6 +214,14 @@ def main(args: argparse.Namespace) -> int:
         print(fleet_balance_lines(runs))
     print(f"simulated in {elapsed:.1f} s; report: {report}")
     return 0
+
+
+def fleet_of(args: argparse.Namespace) -> Fleet | None:
+    """The fleet ``--engines`` and ``--router`` ask for (round robin unless named); None
+    for one engine with no router."""
+    if args.engines == 1 and not args.router:
+        return None
+    return Fleet(args.engines, args.router or "round-robin")
 
 
 def fleet_balance_lines(runs: dict[str, list[dict[str, Any]]]) -> str:
@@ -253,6 +260,5 @@ def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model:
                      "answer" if args.closed_loop else "open loop: every request at its "
                      "recorded time"),
         "repeat": args.repeat,
-        "fleet": ({"engines": args.engines, "router": args.router or "round-robin"}
-                  if args.engines > 1 or args.router else None),
+        "fleet": fleet._asdict() if (fleet := fleet_of(args)) is not None else None,
     }

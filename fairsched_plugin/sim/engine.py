@@ -98,6 +98,14 @@ class Timing:
     other_s: float = 0.0
     steps: int = 0
 
+    def add(self, part: Timing) -> None:
+        """Count ``part``'s time and steps in this total."""
+        self.schedule_s += part.schedule_s
+        self.update_s += part.update_s
+        self.step_model_s += part.step_model_s
+        self.other_s += part.other_s
+        self.steps += part.steps
+
 
 @dataclass
 class _Batch:

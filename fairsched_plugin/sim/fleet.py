@@ -121,8 +121,11 @@ def simulate_fleet(
     finally:
         for engine in engines:
             engine.close()
-    return SimRun(_fleet_run(engines, routed, router.name, step_model, category),
-                  _summed(engines), max(e.clock.now for e in engines))
+    total = Timing()
+    for engine in engines:
+        total.add(engine.timing)
+    return SimRun(_fleet_run(engines, routed, router.name, step_model, category), total,
+                  max(e.clock.now for e in engines))
 
 
 def _fleet_run(engines: list[EngineLoop], routed: dict[str, tuple[int, WorkloadRequest]],
@@ -157,18 +160,6 @@ def _fleet_run(engines: list[EngineLoop], routed: dict[str, tuple[int, WorkloadR
     if category is not None:
         run["category"] = category
     return run
-
-
-def _summed(engines: list[EngineLoop]) -> Timing:
-    total = Timing()
-    for engine in engines:
-        part = engine.timing
-        total.schedule_s += part.schedule_s
-        total.update_s += part.update_s
-        total.step_model_s += part.step_model_s
-        total.other_s += part.other_s
-        total.steps += part.steps
-    return total
 
 
 def balance(run: dict[str, Any]) -> dict[str, float]:

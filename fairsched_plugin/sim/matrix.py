@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..bench.arms import Arm
 from ..bench.runner import slug
@@ -17,16 +17,10 @@ from ..bench.case_files import WorkloadRequest
 from .engine import SimRun, Timing, simulate
 from .engine_settings import SimSettings
 from .fleet import simulate_fleet
+from .routers import Fleet
 from .step_models import StepModel
 
 Cases = Mapping[str, Sequence[WorkloadRequest]]
-
-
-class Fleet(NamedTuple):
-    """Engines behind a router (``routers.ROUTERS``)."""
-
-    engines: int
-    router: str
 
 
 def run_matrix(
@@ -70,16 +64,9 @@ def run_matrix(
                         trace_dir=trace_path.parent if trace_path is not None else None,
                         category=category, closed_loop=closed_loop)
                 runs[arm.name].append(result.run)
-                _add(total, result.timing)
+                total.add(result.timing)
                 if progress is not None:
                     progress(f"[seed +{r}] {arm.name} {name}: {len(case)} requests, "
                              f"{result.timing.steps} steps, virtual {result.virtual_s:.1f} s")
     return runs, total
 
-
-def _add(total: Timing, part: Timing) -> None:
-    total.schedule_s += part.schedule_s
-    total.update_s += part.update_s
-    total.step_model_s += part.step_model_s
-    total.other_s += part.other_s
-    total.steps += part.steps

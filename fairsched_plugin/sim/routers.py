@@ -212,6 +212,13 @@ def make_router(name: str, num_engines: int, kv_cache_tokens: int) -> Router:
     raise ValueError(f"unknown router {name!r}; choose one of {', '.join(ROUTERS)}")
 
 
+class Fleet(NamedTuple):
+    """Engines behind a router (one of :data:`ROUTERS`)."""
+
+    engines: int
+    router: str
+
+
 FLEET_SPEC = "1 (one engine) or NxROUTER (e.g. 4xvllm-dp)"
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..bench.arms import STOCK
 from . import published
+from .routers import parse_fleet
 
 Cell = dict[str, Any]
 GroupKey = tuple[str, str, str, str, str]
@@ -27,9 +28,15 @@ def group_key(item: dict[str, Any]) -> GroupKey:
             item.get("fleet", "1"))
 
 
+def _shown(key: GroupKey) -> tuple[str, ...]:
+    """A group's key as tables and plot names show it: a fleet's spec only where it is
+    one."""
+    return key if key[4] != "1" else key[:4]
+
+
 def label(key: GroupKey) -> str:
-    """A group's name in the tables; a fleet's spec only where it is one."""
-    return " · ".join(key if key[4] != "1" else key[:4])
+    """A group's name in the tables."""
+    return " · ".join(_shown(key))
 
 
 def _stock(cells: Iterable[Cell]) -> dict[tuple[GroupKey, float], Cell]:
@@ -78,8 +85,8 @@ def _setting_line(group: dict[str, Any]) -> str:
     cached = engine.get("enable_prefix_caching", False)
     fleet = group.get("fleet")
     if fleet:
-        count, _, router = fleet.partition("x")
-        line = (f"{count} engines behind {router} ({group['requests']:,} requests); each "
+        engines, router = parse_fleet(fleet)
+        line = (f"{engines} engines behind {router} ({group['requests']:,} requests); each "
                 f"engine: budget")
     else:
         line = "Budget"
@@ -294,7 +301,7 @@ def plot(results: dict[str, Any], out: Path, load: float = 1.1) -> list[Path]:
     for group in results["groups"]:
         key = group_key(group)
         cells = [c for c in results["cells"] if group_key(c) == key]
-        slug = "-".join(key if key[4] != "1" else key[:4])
+        slug = "-".join(_shown(key))
         fig, ax = plt.subplots(figsize=(6, 4))
         for cell in (c for c in cells if c["load"] == load):
             ax.plot(cell["metrics"]["ttft_percentiles"], range(101), label=cell["arm"])
