@@ -44,7 +44,7 @@ def main() -> None:
     results = json.loads(args.results.read_text())
     group = next(g for g in results["groups"]
                  if g.get("fleet") == args.fleet and g["scenario"] == args.scenario)
-    engines, _router = parse_fleet(args.fleet)
+    engines = parse_fleet(args.fleet).engines
     scenario = SCENARIOS[group["scenario"]]
     model = AnalyticStepModel(model_config(group["model"]), accelerator(group["device"]),
                               group["device"])

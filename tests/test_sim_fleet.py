@@ -162,13 +162,16 @@ def test_bad_fleet_input_is_named() -> None:
 
 
 def test_fleet_specs_are_parsed_and_bad_ones_named() -> None:
-    from fairsched_plugin.sim.routers import parse_fleet
+    from fairsched_plugin.sim.routers import Fleet, parse_fleet
     from fairsched_plugin.sim.suite import FULL
 
-    assert parse_fleet("1") == (1, None)
-    assert parse_fleet("8xllm-d") == (8, "llm-d")
-    for bad in ("4", "0xvllm-dp", "4xnearest", "fourxllm-d"):
-        with pytest.raises(ValueError, match=f"fleet '{bad}': expected 1 .one engine. or "
+    assert parse_fleet("1") == Fleet(1)
+    assert parse_fleet("8xllm-d") == Fleet(8, "llm-d")
+    assert parse_fleet("1p1d") == Fleet(1, "round-robin", 1)
+    assert parse_fleet("2p3dxllm-d:stock") == Fleet(2, "llm-d", 3, "stock")
+    for bad in ("4", "0xvllm-dp", "4xnearest", "fourxllm-d", "4xllm-d:stock", "0p1d",
+                "1p1", "1p1d:fcfs", "2p2dxnearest"):
+        with pytest.raises(ValueError, match=f"fleet '{bad}': expected 1 .one engine., "
                                              "NxROUTER"):
             parse_fleet(bad)
     plan = FULL.__class__(("azure-conv",), ("h100",), ("qwen3-8b",), ("async",), (1.0,),
@@ -229,6 +232,7 @@ def test_simulate_runs_a_fleet_from_the_command_line(tmp_path: Path,
     out = capsys.readouterr().out
     assert "stock: 2 engines behind vllm-dp; requests per engine" in out
     config = json.loads((tmp_path / "sim" / "config.json").read_text())
-    assert config["fleet"] == {"engines": 2, "router": "vllm-dp"}
+    assert config["fleet"] == {"engines": 2, "router": "vllm-dp", "decode_engines": 0,
+                               "decode_arm": None}
     traces = sorted(p.name for p in (tmp_path / "sim" / "runs" / "stock" / "r1").iterdir())
     assert traces == ["engine-0.jsonl", "engine-1.jsonl"]

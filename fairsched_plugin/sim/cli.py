@@ -43,7 +43,7 @@ from .engine_settings import (
     settings_record,
 )
 from .hardware import PresetError
-from .routers import ROUTERS, Fleet
+from .routers import DEFAULT_BANDWIDTH_GB_S, ROUTERS, Fleet, parse_fleet
 from .step_models import AnalyticStepModel, OnnxStepModel, StepModel, parse_step_model
 
 if TYPE_CHECKING:
@@ -123,6 +123,15 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                           "scorers: prefix 3, queue 2, KV 2) or llm-d-work (llm-d with the "
                           "queue read as the plugin's waiting prompt tokens); default "
                           "round-robin")
+    sim.add_argument("--disagg", type=_disaggregated, metavar="PpDd[xROUTER][:stock]",
+                     help="simulate disaggregated prefill: P prefill and D decode engines, "
+                          "each pool behind ROUTER (default round-robin), the KV cache "
+                          "pulled by the decode engine over --kv-bandwidth; :stock runs "
+                          "stock vLLM on the decode pool (e.g. 2p2dxllm-d)")
+    sim.add_argument("--kv-bandwidth", type=positive_float, metavar="GB_S",
+                     default=DEFAULT_BANDWIDTH_GB_S,
+                     help="with --disagg: each decode engine's KV link in GB/s (default "
+                          f"{DEFAULT_BANDWIDTH_GB_S:g}: one 400 Gb/s RDMA NIC)")
     sim.add_argument("--target-ms", type=positive_float,
                      help="score every arm's step times against this latency target in ms "
                           "(default: no target)")
@@ -176,14 +185,13 @@ def main(args: argparse.Namespace) -> int:
         cases_for = case_loader(args)
         first = cases_for(0)
         settings, sources = settings_from_args(args, model)
+        fleet = fleet_of(args)
         write_cases(args.out, first)
     except (ConfigError, PresetError, PredictorError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     # vLLM and torch load here, once the arguments and inputs are known to be good.
     from .matrix import run_matrix
-
-    fleet = fleet_of(args)
 
     print(f"step model: {model.description}")
     print(describe(settings, sources))
@@ -192,7 +200,8 @@ def main(args: argparse.Namespace) -> int:
         runs, timing = run_matrix(arms, lambda r: first if r == 0 else cases_for(r), model,
                                   settings, repeat=args.repeat, out_dir=args.out,
                                   trace=not args.no_trace, progress=print,
-                                  closed_loop=args.closed_loop, fleet=fleet)
+                                  closed_loop=args.closed_loop, fleet=fleet,
+                                  kv_bandwidth_gb_s=args.kv_bandwidth)
     except SimulationStalled as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
@@ -216,9 +225,25 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _disaggregated(text: str) -> Fleet:
+    try:
+        fleet = parse_fleet(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+    if not fleet.disaggregated:
+        raise argparse.ArgumentTypeError(f"--disagg {text!r}: PpDd[xROUTER][:stock], e.g. "
+                                         "1p1d or 2p2dxllm-d")
+    return fleet
+
+
 def fleet_of(args: argparse.Namespace) -> Fleet | None:
-    """The fleet ``--engines`` and ``--router`` ask for (round robin unless named); None
-    for one engine with no router."""
+    """The fleet ``--disagg``, or ``--engines`` and ``--router``, ask for (round robin
+    unless named); None for one engine with no router."""
+    if args.disagg is not None:
+        if args.engines != 1 or args.router:
+            raise ValueError("--disagg names its own pools and router: drop --engines and "
+                             "--router")
+        return args.disagg
     if args.engines == 1 and not args.router:
         return None
     return Fleet(args.engines, args.router or "round-robin")
@@ -233,7 +258,10 @@ def fleet_balance_lines(runs: dict[str, list[dict[str, Any]]]) -> str:
         fleet = arm_runs[0]["meta"]["fleet"]
         spread = balance(arm_runs[0])
         requests = "/".join(str(e["requests"]) for e in fleet["engines"])
-        lines.append(f"{arm}: {len(fleet['engines'])} engines behind {fleet['router']}; "
+        pools = [e.get("pool") for e in fleet["engines"]]
+        shape = (f"{pools.count('prefill')} prefill and {pools.count('decode')} decode engines"
+                 if "decode" in pools else f"{len(pools)} engines")
+        lines.append(f"{arm}: {shape} behind {fleet['router']}; "
                      f"requests per engine {requests}; busiest engine "
                      f"{spread['busy_max_over_mean']:.2f}x the mean busy time, "
                      f"{spread['prompt_max_over_mean']:.2f}x the mean prompt tokens")
@@ -261,4 +289,5 @@ def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model:
                      "recorded time"),
         "repeat": args.repeat,
         "fleet": fleet._asdict() if (fleet := fleet_of(args)) is not None else None,
+        **({"kv_bandwidth_gb_s": args.kv_bandwidth} if args.disagg else {}),
     }

@@ -47,7 +47,7 @@ from .batch import SimBatch
 from .clock import VirtualClock
 from .fake_engine import model_runner_output
 from .engine_settings import SimSettings, SimulationStalled
-from .scheduler_factory import make_arm_scheduler
+from .scheduler_factory import KvTransfer, make_arm_scheduler
 from .step_models import AnalyticStepModel, StepModel
 
 
@@ -63,9 +63,13 @@ def engine_request_id(case_id: str) -> str:
 _hash_ready = False
 
 
-def make_request(case: WorkloadRequest, block_size: int | None = None) -> Request:
+def make_request(case: WorkloadRequest, block_size: int | None = None,
+                 kv_transfer_params: dict[str, Any] | None = None,
+                 output_tokens: int | None = None) -> Request:
     """The engine request of ``case``; with ``block_size`` (prefix caching on), its
-    blocks are hashed as vLLM's engine hashes them, so its cache hits them."""
+    blocks are hashed as vLLM's engine hashes them, so its cache hits them.
+    ``kv_transfer_params``: what a disaggregation proxy attaches (``kv_transfer``);
+    ``output_tokens``: in place of the case's (a prefill engine's request stops at one)."""
     global _hash_ready
     hasher = None
     if block_size is not None:
@@ -76,7 +80,10 @@ def make_request(case: WorkloadRequest, block_size: int | None = None) -> Reques
     return Request(
         request_id=engine_request_id(case.id),
         prompt_token_ids=prompt_token_ids(case),
-        sampling_params=SamplingParams(max_tokens=case.output_tokens, ignore_eos=True),
+        sampling_params=SamplingParams(
+            max_tokens=output_tokens or case.output_tokens, ignore_eos=True,
+            extra_args={"kv_transfer_params": kv_transfer_params} if kv_transfer_params
+            else None),
         pooling_params=None,
         arrival_time=case.arrival_s,
         block_hasher=hasher,
@@ -161,11 +168,13 @@ class EngineLoop:
     (:meth:`add`), then calls :meth:`step` while the engine is :attr:`busy`; an idle
     engine's clock is moved to its next request's arrival by the driver. ``on_finish``
     hears of each request that finished (or failed), with its case id and the time: under
-    closed loop the driver releases the session's next turn then.
+    closed loop the driver releases the session's next turn then. ``kv_transfer``: the
+    engine's side of a disaggregated pair (``disagg``); its connector is :attr:`kv`.
     """
 
     def __init__(self, arm: Arm, step_model: StepModel, settings: SimSettings,
-                 trace_path: Path | None, on_finish: Callable[[str, float], None]) -> None:
+                 trace_path: Path | None, on_finish: Callable[[str, float], None],
+                 kv_transfer: KvTransfer | None = None) -> None:
         self.clock = clock = VirtualClock()
         self.settings = settings
         self.step_model = step_model
@@ -176,7 +185,10 @@ class EngineLoop:
         detected = ({"model": step_model.config.name, "device": step_model.device}
                     if isinstance(step_model, AnalyticStepModel) and step_model.device
                     else None)
-        self.scheduler = make_arm_scheduler(arm, settings, clock, trace_path, detected)
+        self.scheduler = make_arm_scheduler(arm, settings, clock, trace_path, detected,
+                                            kv_transfer)
+        self.kv = self.scheduler.connector if kv_transfer is not None else None
+        """The simulated KV connector (``kv_transfer.SimulatedKVTransfer``), if any."""
         self.monitor = (StepMonitor(trace_path, [], clock=clock)
                         if arm.name == STOCK and trace_path is not None else None)
         self.memory = KvCacheMemory(kv_state_reader(self.scheduler))
@@ -198,9 +210,11 @@ class EngineLoop:
         """A step is in flight or a request is unfinished."""
         return self.in_flight is not None or self.scheduler.has_unfinished_requests()
 
-    def add(self, case: WorkloadRequest) -> None:
+    def add(self, case: WorkloadRequest, kv_transfer_params: dict[str, Any] | None = None,
+            output_tokens: int | None = None) -> None:
         """``case`` reaches the engine now; one too long for ``max_model_len`` fails at
-        once, as the server answers it (HTTP 400), and is never scheduled."""
+        once, as the server answers it (HTTP 400), and is never scheduled. The other
+        arguments: as :func:`make_request`'s (the row's target stays the case's)."""
         req_id = engine_request_id(case.id)
         self.case_ids[req_id] = case.id
         row = self.rows[req_id] = _result_row(case)
@@ -208,7 +222,10 @@ class EngineLoop:
             row["error"] = TOO_LONG
             self.on_finish(case.id, self.clock.now)
             return
-        self.scheduler.add_request(make_request(case, self.cache_blocks))
+        if output_tokens is not None:
+            row["target_output_tokens"] = output_tokens
+        self.scheduler.add_request(make_request(case, self.cache_blocks, kv_transfer_params,
+                                                output_tokens))
         if case.blocks and case.session:
             self.answers[req_id] = case
 
@@ -223,15 +240,21 @@ class EngineLoop:
         t0 = _cpu()
         output = scheduler.schedule()
         timing.schedule_s += _cpu() - t0
+        # The batch runs once the device is free: now, or when the batch in flight ends;
+        # the KV loads it carries start then (an empty step carries them too).
+        start = clock.now if self.in_flight is None else self.in_flight.finish_s
+        if self.kv is not None:
+            self.kv.start_pulls(start)
         if output.total_num_scheduled_tokens == 0:
+            loaded = self.kv.next_event_s() if self.kv is not None else None
             if self.in_flight is not None:
                 self._complete(self.in_flight)
                 self.in_flight = None
-            elif upcoming is None:
+            elif upcoming is None and loaded is None:
                 _stalled(scheduler, "nothing schedulable and nothing left to arrive")
             else:
-                clock.jump_to(upcoming)
-            scheduler.update_from_output(output, model_runner_output({}))
+                clock.jump_to(min(t for t in (upcoming, loaded) if t is not None))
+            scheduler.update_from_output(output, model_runner_output({}, self._kv_due()))
             return
         batch, finished = _batch_of(scheduler, output)
         if self.monitor is not None:
@@ -245,8 +268,6 @@ class EngineLoop:
         timing.step_model_s += _cpu() - t2
         timing.steps += 1
         self.busy_s += duration
-        # The batch runs once the device is free: now, or when the batch in flight ends.
-        start = clock.now if self.in_flight is None else self.in_flight.finish_s
         sampled = {req_id: _sampled(scheduler.requests[req_id], self.answers.get(req_id))
                    for req_id in output.num_scheduled_tokens}
         dispatched = _Batch(output, sampled, start + duration)
@@ -270,11 +291,15 @@ class EngineLoop:
         if self.monitor is not None:
             self.monitor.on_output(batch.output)
         t0 = _cpu()
-        engine_outputs = self.scheduler.update_from_output(batch.output,
-                                                           model_runner_output(batch.sampled))
+        engine_outputs = self.scheduler.update_from_output(
+            batch.output, model_runner_output(batch.sampled, self._kv_due()))
         self.timing.update_s += _cpu() - t0
         for req_id in _record(engine_outputs, self.rows, self.clock.now):
             self.on_finish(self.case_ids[req_id], self.clock.now)
+
+    def _kv_due(self) -> Any:
+        """The KV transfers that ended by now, as the step's worker reports them."""
+        return self.kv.due(self.clock.now) if self.kv is not None else None
 
     def close(self) -> None:
         """Shut the scheduler down and finish the trace; counts the loop's own CPU time."""

@@ -42,15 +42,17 @@ _OUTPUT_HAS_INDEX = "req_id_to_index" in {f.name for f in fields(ModelRunnerOutp
 """vLLM before 0.34 passes each request's row index beside ``req_ids``; 0.34 dropped it."""
 
 
-def model_runner_output(sampled: dict[str, list[int]]) -> ModelRunnerOutput:
+def model_runner_output(sampled: dict[str, list[int]],
+                        kv_connector_output: Any = None) -> ModelRunnerOutput:
     """The model's output for one step: the tokens each scheduled request sampled, in the
-    shape this vLLM's ``update_from_output`` reads."""
+    shape this vLLM's ``update_from_output`` reads; ``kv_connector_output``: the KV
+    transfers its worker saw end (a ``KVConnectorOutput``, or None)."""
     ids = list(sampled)
     index = {"req_id_to_index": {req_id: i for i, req_id in enumerate(ids)}} if (
         _OUTPUT_HAS_INDEX) else {}
     return ModelRunnerOutput(req_ids=ids, sampled_token_ids=[sampled[i] for i in ids],
                              logprobs=None, prompt_logprobs_dict={}, pooler_output=[],
-                             **index)
+                             kv_connector_output=kv_connector_output, **index)
 
 
 _CONFIG_ONLY_MODEL = {

@@ -77,47 +77,18 @@ def simulate_fleet(
                    finished)
         for i in range(num_engines)
     ]
-    last_step = {id(e): 0 for e in engines}
-    counter = stuck = 0
+
+    def deliver(arrival: float) -> None:
+        request = arrivals.pop_due(arrival)
+        assert request is not None
+        chosen = router.route(request, arrival, [engine_state(e, reads_work) for e in engines])
+        routed[request.id] = (chosen, request)
+        engine = engines[chosen]
+        engine.clock.jump_to(arrival)
+        engine.add(request)
+
     try:
-        while True:
-            busy = [e for e in engines if e.busy]
-            next_step = min((e.clock.now for e in busy), default=None)
-            arrival = arrivals.next_time()
-            if arrival is not None and (next_step is None or arrival <= next_step):
-                request = arrivals.pop_due(arrival)
-                assert request is not None
-                chosen = router.route(request, arrival,
-                                      [engine_state(e, reads_work) for e in engines])
-                routed[request.id] = (chosen, request)
-                engine = engines[chosen]
-                engine.clock.jump_to(arrival)
-                engine.add(request)
-                stuck = 0
-                continue
-            if next_step is None:
-                if not arrivals.exhausted:  # closed loop: a turn waits on nothing running
-                    raise SimulationStalled("simulation stopped: a session's next turn "
-                                            "follows no request in flight")
-                break
-            # Ties in time go to the engine that stepped least recently.
-            engine = min(busy, key=lambda e: (e.clock.now, last_step[id(e)]))
-            now = engine.clock.now
-            later = [e.clock.now for e in busy if e.clock.now > now]
-            # Where an engine that can schedule nothing waits: the next arrival, or, with
-            # none released, the next step elsewhere (its end may release a turn); with
-            # another engine due at the same time, it waits for that one to step.
-            wait = arrival if arrival is not None else min(later, default=None)
-            if wait is None and len(later) < len(busy) - 1:
-                wait = now
-            before = (now, engine.timing.steps)
-            engine.step(wait)
-            counter += 1
-            last_step[id(engine)] = counter
-            stuck = stuck + 1 if (engine.clock.now, engine.timing.steps) == before else 0
-            if stuck > 2 * num_engines:
-                raise SimulationStalled("simulation stopped: no engine of the fleet can "
-                                        "schedule anything and nothing is left to arrive")
+        drive(engines, arrivals.next_time, deliver, lambda: not arrivals.exhausted)
     finally:
         for engine in engines:
             engine.close()
@@ -126,6 +97,51 @@ def simulate_fleet(
         total.add(engine.timing)
     return SimRun(_fleet_run(engines, routed, router.name, step_model, category), total,
                   max(e.clock.now for e in engines))
+
+
+def drive(engines: Sequence[EngineLoop], next_arrival: Callable[[], float | None],
+          deliver: Callable[[float], None], more_to_come: Callable[[], bool]) -> None:
+    """Step ``engines`` in time order until none is busy and nothing is left to arrive.
+
+    ``next_arrival``: when the next request reaches the fleet (None: none released now);
+    ``deliver(t)``: route and add the request due at ``t`` (it is handled as soon as no
+    busy engine's next step comes before it); ``more_to_come``: whether requests not yet
+    released may still arrive (a closed loop's later turns). Raises
+    :class:`SimulationStalled` when no engine can schedule anything and nothing is left
+    to arrive."""
+    last_step = {id(e): 0 for e in engines}
+    counter = stuck = 0
+    while True:
+        busy = [e for e in engines if e.busy]
+        next_step = min((e.clock.now for e in busy), default=None)
+        arrival = next_arrival()
+        if arrival is not None and (next_step is None or arrival <= next_step):
+            deliver(arrival)
+            stuck = 0
+            continue
+        if next_step is None:
+            if more_to_come():  # closed loop: a turn waits on nothing running
+                raise SimulationStalled("simulation stopped: a session's next turn "
+                                        "follows no request in flight")
+            return
+        # Ties in time go to the engine that stepped least recently.
+        engine = min(busy, key=lambda e: (e.clock.now, last_step[id(e)]))
+        now = engine.clock.now
+        later = [e.clock.now for e in busy if e.clock.now > now]
+        # Where an engine that can schedule nothing waits: the next arrival, or, with
+        # none released, the next step elsewhere (its end may release a turn); with
+        # another engine due at the same time, it waits for that one to step.
+        wait = arrival if arrival is not None else min(later, default=None)
+        if wait is None and len(later) < len(busy) - 1:
+            wait = now
+        before = (now, engine.timing.steps)
+        engine.step(wait)
+        counter += 1
+        last_step[id(engine)] = counter
+        stuck = stuck + 1 if (engine.clock.now, engine.timing.steps) == before else 0
+        if stuck > 2 * len(engines):
+            raise SimulationStalled("simulation stopped: no engine of the fleet can "
+                                    "schedule anything and nothing is left to arrive")
 
 
 def _fleet_run(engines: list[EngineLoop], routed: dict[str, tuple[int, WorkloadRequest]],
@@ -143,15 +159,7 @@ def _fleet_run(engines: list[EngineLoop], routed: dict[str, tuple[int, WorkloadR
         requests += run["requests"]
         trace += run["trace"]
         joined += run["meta"]["trace_joined"]
-        served = [r for r in run["requests"] if r["error"] is None]
-        shares.append({
-            "requests": len(run["requests"]),
-            "prompt_tokens": sum(r["prompt_tokens"] for r in served),
-            "output_tokens": sum(r["output_tokens"] for r in served),
-            "cached_tokens": sum(r["cached_tokens"] or 0 for r in served),
-            "steps": engine.timing.steps,
-            "busy_s": round(engine.busy_s, 6),
-        })
+        shares.append(engine_share(engine, run))
     requests.sort(key=lambda row: (row["arrival_s"], row["id"]))
     run = {"requests": requests, "trace": trace,
            "meta": {"start_wall": 0.0, "trace_joined": joined, "simulated": True,
@@ -162,24 +170,44 @@ def _fleet_run(engines: list[EngineLoop], routed: dict[str, tuple[int, WorkloadR
     return run
 
 
+def engine_share(engine: EngineLoop, run: dict[str, Any]) -> dict[str, Any]:
+    """One engine's share of a fleet's work, from its run."""
+    served = [r for r in run["requests"] if r["error"] is None]
+    return {
+        "requests": len(run["requests"]),
+        "prompt_tokens": sum(r["prompt_tokens"] for r in served),
+        "output_tokens": sum(r["output_tokens"] for r in served),
+        "cached_tokens": sum(r["cached_tokens"] or 0 for r in served),
+        "steps": engine.timing.steps,
+        "busy_s": round(engine.busy_s, 6),
+    }
+
+
 def balance(run: dict[str, Any]) -> dict[str, float]:
     """How evenly a fleet run spread its work: the busiest engine's busy time and prompt
-    tokens over the mean's (1.0: perfectly even)."""
-    shares = run["meta"]["fleet"]["engines"]
-    busy = [s["busy_s"] for s in shares]
-    prompt = [s["prompt_tokens"] for s in shares]
-    return {"busy_max_over_mean": max(busy) / (sum(busy) / len(busy)) if sum(busy) else 1.0,
-            "prompt_max_over_mean": (max(prompt) / (sum(prompt) / len(prompt))
-                                     if sum(prompt) else 1.0)}
+    tokens over the mean's (1.0: perfectly even); for a disaggregated fleet, within each
+    pool, the less even pool's."""
+    pools: dict[str, list[dict[str, Any]]] = {}
+    for share in run["meta"]["fleet"]["engines"]:
+        pools.setdefault(share.get("pool", ""), []).append(share)
+    return {key: max(_max_over_mean([s[field] for s in shares]) for shares in pools.values())
+            for key, field in (("busy_max_over_mean", "busy_s"),
+                               ("prompt_max_over_mean", "prompt_tokens"))}
 
 
-def fleet_runner(num_engines: int, router: str) -> Callable[..., SimRun]:
+def _max_over_mean(values: list[float]) -> float:
+    return max(values) / (sum(values) / len(values)) if sum(values) else 1.0
+
+
+def fleet_runner(num_engines: int, router: str, closed_loop: bool = False
+                 ) -> Callable[..., SimRun]:
     """A ``capacity.Runner`` for a fleet: each run gets a fresh ``router``. It always runs
     to completion (a fleet has no early stop): the rows up to the last arrival are the
     same either way, since nothing later changes what happened before."""
 
     def run(arm: Arm, case: Sequence[WorkloadRequest], step_model: StepModel,
             settings: SimSettings, stop_at_last_arrival: bool) -> SimRun:
-        return simulate_fleet(arm, case, step_model, settings, num_engines, router)
+        return simulate_fleet(arm, case, step_model, settings, num_engines, router,
+                              closed_loop=closed_loop)
 
     return run

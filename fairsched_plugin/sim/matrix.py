@@ -17,7 +17,8 @@ from ..bench.case_files import WorkloadRequest
 from .engine import SimRun, Timing, simulate
 from .engine_settings import SimSettings
 from .fleet import simulate_fleet
-from .routers import Fleet
+from .disagg import simulate_disagg
+from .routers import DEFAULT_BANDWIDTH_GB_S, Fleet
 from .step_models import StepModel
 
 Cases = Mapping[str, Sequence[WorkloadRequest]]
@@ -35,11 +36,13 @@ def run_matrix(
     progress: Callable[[str], None] | None = None,
     closed_loop: bool = False,
     fleet: Fleet | None = None,
+    kv_bandwidth_gb_s: float = DEFAULT_BANDWIDTH_GB_S,
 ) -> tuple[dict[str, list[dict[str, Any]]], Timing]:
     """Runs per arm (one per case and repeat) and the summed loop timing. With
     ``out_dir`` each run's trace is kept under ``out_dir/runs/ARM/rN[/CASE]`` (a fleet's
     as one file per engine there). ``fleet``: run every arm on that many engines behind
-    that router (``fleet.simulate_fleet``) instead of on one."""
+    that router (``fleet.simulate_fleet``), or disaggregated with KV links of
+    ``kv_bandwidth_gb_s`` (``disagg.simulate_disagg``), instead of on one."""
     runs: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in arms}
     total = Timing()
     for r in range(repeat):
@@ -55,13 +58,18 @@ def run_matrix(
                     run_dir.mkdir(parents=True, exist_ok=True)
                     trace_path = run_dir / "trace.jsonl"
                 category = None if single else name
-                if fleet is None:
+                trace_dir = trace_path.parent if trace_path is not None else None
+                if fleet is not None and fleet.disaggregated:
+                    result = simulate_disagg(arm, case, step_model, settings, fleet,
+                                             trace_dir, category, closed_loop,
+                                             kv_bandwidth_gb_s)
+                elif fleet is None:
                     result: SimRun = simulate(arm, case, step_model, settings, trace_path,
                                               category=category, closed_loop=closed_loop)
                 else:
                     result = simulate_fleet(
                         arm, case, step_model, settings, fleet.engines, fleet.router,
-                        trace_dir=trace_path.parent if trace_path is not None else None,
+                        trace_dir=trace_dir,
                         category=category, closed_loop=closed_loop)
                 runs[arm.name].append(result.run)
                 total.add(result.timing)

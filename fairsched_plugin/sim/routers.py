@@ -213,22 +213,54 @@ def make_router(name: str, num_engines: int, kv_cache_tokens: int) -> Router:
 
 
 class Fleet(NamedTuple):
-    """Engines behind a router (one of :data:`ROUTERS`)."""
+    """Engines behind a router (one of :data:`ROUTERS`; None: one engine, no router).
+
+    With ``decode_engines``, a disaggregated fleet: ``engines`` prefill engines and
+    ``decode_engines`` decode engines, each pool behind its own ``router``
+    (``disagg``); ``decode_arm`` runs the decode pool (None: the arm itself)."""
 
     engines: int
-    router: str
+    router: str | None = None
+    decode_engines: int = 0
+    decode_arm: str | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.decode_engines > 0
+
+    @property
+    def size(self) -> int:
+        """How many engines' worth of requests the fleet gets in a suite: a pool's."""
+        return max(self.engines, self.decode_engines)
 
 
-FLEET_SPEC = "1 (one engine) or NxROUTER (e.g. 4xvllm-dp)"
+DEFAULT_BANDWIDTH_GB_S = 50.0
+"""A disaggregated fleet's KV link per decode engine: one 400 Gb/s RDMA NIC per GPU
+(InfiniBand NDR or RoCE), what NIXL reads over between nodes (NVLink within a node is
+faster)."""
+
+FLEET_SPEC = ("1 (one engine), NxROUTER (e.g. 4xvllm-dp), or PpDd[xROUTER][:stock] "
+              "(disaggregated: P prefill and D decode engines, e.g. 2p2dxllm-d; round "
+              "robin unless a router is named; :stock runs stock vLLM on the decode pool)")
 
 
-def parse_fleet(spec: str) -> tuple[int, str | None]:
-    """A fleet spec (:data:`FLEET_SPEC`): the number of engines and the router (None for
-    one engine)."""
+def parse_fleet(spec: str) -> Fleet:
+    """A fleet spec (:data:`FLEET_SPEC`)."""
     if spec == "1":
-        return 1, None
-    count, _, router = spec.partition("x")
-    if not (count.isdigit() and int(count) >= 1 and router in ROUTERS):
-        raise ValueError(f"fleet {spec!r}: expected {FLEET_SPEC}, the router one of "
-                         f"{', '.join(ROUTERS)}")
-    return int(count), router
+        return Fleet(1)
+    body, colon, decode_arm = spec.partition(":")
+    pools, _, router = body.partition("x")
+    bad = ValueError(f"fleet {spec!r}: expected {FLEET_SPEC}, the router one of "
+                     f"{', '.join(ROUTERS)}")
+    if colon and decode_arm != "stock":
+        raise bad
+    prefill, p, decode = pools.partition("p")
+    if p and decode.endswith("d"):
+        decode = decode[:-1]
+        if not (prefill.isdigit() and decode.isdigit() and int(prefill) >= 1
+                and int(decode) >= 1 and (not router or router in ROUTERS)):
+            raise bad
+        return Fleet(int(prefill), router or "round-robin", int(decode), decode_arm or None)
+    if colon or not (pools.isdigit() and int(pools) >= 1 and router in ROUTERS):
+        raise bad
+    return Fleet(int(pools), router)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from vllm.config import CacheConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
+from vllm.config import (CacheConfig, KVTransferConfig, ModelConfig, ParallelConfig,
+                         SchedulerConfig, VllmConfig)
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -25,6 +26,24 @@ from .clock import VirtualClock
 from .engine_settings import SimSettings
 
 _MODEL_DIRS: dict[int, Path] = {}
+
+
+class KvTransfer(NamedTuple):
+    """An engine's side of a disaggregated pair: ``kv_producer`` (prefill) or
+    ``kv_consumer`` (decode), and the decode engine's link in GB/s."""
+
+    role: str
+    bandwidth_gb_s: float
+
+    def config(self, settings: SimSettings) -> KVTransferConfig:
+        """The ``--kv-transfer-config`` of the simulator's connector for this side."""
+        from . import kv_transfer
+
+        return KVTransferConfig(
+            kv_connector=kv_transfer.CONNECTOR, kv_role=self.role,
+            kv_connector_module_path=kv_transfer.MODULE,
+            kv_connector_extra_config={"bandwidth_gb_s": self.bandwidth_gb_s,
+                                       "kv_bytes_per_token": settings.kv_bytes_per_token})
 
 
 def _model_dir(max_model_len: int) -> Path:
@@ -69,7 +88,7 @@ def _typed(text: str) -> Any:
 
 def make_arm_scheduler(
     arm: Arm, settings: SimSettings, clock: VirtualClock, trace_path: Path | None,
-    detected: dict[str, str] | None = None,
+    detected: dict[str, str] | None = None, kv_transfer: KvTransfer | None = None,
 ) -> Scheduler:
     """The scheduler for ``arm``: stock vLLM's (``AsyncScheduler`` with async scheduling),
     or the plugin's ``FairScheduler`` (which follows the mode) with the arm's config and
@@ -102,7 +121,9 @@ def make_arm_scheduler(
                                enable_prefix_caching=settings.enable_prefix_caching)
     vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
                              cache_config=cache_config, parallel_config=ParallelConfig(),
-                             additional_config=additional)
+                             additional_config=additional,
+                             kv_transfer_config=(kv_transfer.config(settings)
+                                                 if kv_transfer is not None else None))
     vllm_config.scheduler_config.async_scheduling = settings.async_scheduling
     # One layer whose page holds a block's K and V of the whole model: float32 elements,
     # head_size chosen so page bytes = block_size x kv_bytes_per_token.

@@ -30,7 +30,7 @@ from ..extras import available, note_no_plots
 from ..user_files import output_dir
 from . import analytic
 from .capacity import Capacity, find_capacity
-from .routers import FLEET_SPEC, parse_fleet
+from .routers import DEFAULT_BANDWIDTH_GB_S, FLEET_SPEC, Fleet, parse_fleet
 from .devices import DEVICES, serve_defaults
 from .hardware import MODEL_CONFIGS, accelerator, model_config
 from .scenarios import SCENARIOS, Scenario
@@ -64,8 +64,10 @@ class Plan:
     """(scenario, device, model) groups also run sync, to show how far verdicts move."""
     fleets: tuple[str, ...] = ("1",)
     """One engine (``"1"``) and/or fleets of engines behind a router
-    (``routers.FLEET_SPEC``, e.g. ``"4xvllm-dp"``); a fleet of N engines runs
-    ``num_requests`` x N requests."""
+    (``routers.FLEET_SPEC``, e.g. ``"4xvllm-dp"``, or disaggregated, ``"2p2d"``); a
+    fleet of N engines (N in its larger pool) runs ``num_requests`` x N requests."""
+    kv_bandwidth_gb_s: float = DEFAULT_BANDWIDTH_GB_S
+    """A disaggregated fleet's KV link per decode engine."""
 
     def groups(self) -> list[tuple[str, str, str, str, str]]:
         """Every combination; a ``sync_also`` group right after its async twin."""
@@ -160,24 +162,52 @@ class Results:
 
 
 def run_cell(case: Sequence[Any], model: AnalyticStepModel, settings: SimSettings, arm: str,
-             rate: float, closed_loop: bool = False, fleet: str = "1") -> dict[str, Any]:
+             rate: float, closed_loop: bool = False, fleet: str = "1",
+             kv_bandwidth_gb_s: float = DEFAULT_BANDWIDTH_GB_S) -> dict[str, Any]:
     """One arm at one rate (on every engine of ``fleet``): the run's metrics, and for a
-    fleet how evenly its router spread the work."""
+    fleet how evenly its router spread the work (within each pool of a disaggregated
+    one, which also reports its KV hand-offs)."""
     # vLLM and torch: only once a suite runs
     from .engine import simulate
-    from .fleet import balance, simulate_fleet
+    from .fleet import balance
 
-    engines, router = parse_fleet(fleet)
-    if router is None:
-        result = simulate(parse_arm(arm), at_rate(case, rate), model, settings, None,
+    spec = parse_fleet(fleet)
+    requests = at_rate(case, rate)
+    if spec.router is None:
+        result = simulate(parse_arm(arm), requests, model, settings, None,
                           closed_loop=closed_loop)
     else:
-        result = simulate_fleet(parse_arm(arm), at_rate(case, rate), model, settings,
-                                engines, router, closed_loop=closed_loop)
+        result = fleet_runner_for(spec, kv_bandwidth_gb_s, closed_loop)(
+            parse_arm(arm), requests, model, settings, False)
     metrics = run_metrics(result.run["requests"], settings.enable_prefix_caching)
-    if router is not None:
+    if spec.router is not None:
         metrics["balance"] = {k: _r(v) for k, v in balance(result.run).items()}
+    if spec.disaggregated:
+        metrics["handoff"] = handoff_metrics(result.run["requests"])
     return metrics
+
+
+def fleet_runner_for(fleet: Fleet, kv_bandwidth_gb_s: float = DEFAULT_BANDWIDTH_GB_S,
+                     closed_loop: bool = False) -> Any:
+    """The ``capacity.Runner`` of a fleet (engines behind a router, or disaggregated)."""
+    from .disagg import disagg_runner
+    from .fleet import fleet_runner
+
+    if fleet.disaggregated:
+        return disagg_runner(fleet, kv_bandwidth_gb_s, closed_loop)
+    return fleet_runner(fleet.engines, fleet.router, closed_loop)
+
+
+def handoff_metrics(requests: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """A disaggregated run's hand-offs: mean and P99 of the wait from the prefill's answer
+    to the pull's start (the decode engine's admission and its link), and of the pull."""
+    served = [r for r in requests if r.get("kv_transfer_s") is not None]
+    if not served:
+        return {}
+    wait = np.array([r["kv_wait_s"] for r in served])
+    pull = np.array([r["kv_transfer_s"] for r in served])
+    return {"wait_mean": _r(float(wait.mean())), "wait_p99": _r(float(np.percentile(wait, 99))),
+            "pull_mean": _r(float(pull.mean())), "pull_p99": _r(float(np.percentile(pull, 99)))}
 
 
 def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) -> Results:
@@ -198,14 +228,15 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
         # the capacity is that of the same requests open loop, so open- and closed-loop
         # replays of one scenario run at the same rates. A fleet's is the fleet's own,
         # behind its router.
-        full_key = (scenario.build, *key, settings)
+        # Stock runs every pool of a capacity search, so a fleet whose decode pool is
+        # stock shares the fleet's.
+        fleet = parse_fleet(key[-1])._replace(decode_arm=None)
+        full_key = (scenario.build, *key[:-1], fleet, settings)
         if full_key not in capacities:
-            from .fleet import fleet_runner
-
-            engines, router = parse_fleet(key[-1])
             capacities[full_key] = (
-                find_capacity(case, model, settings) if router is None
-                else find_capacity(case, model, settings, run=fleet_runner(engines, router)))
+                find_capacity(case, model, settings) if fleet.router is None
+                else find_capacity(case, model, settings,
+                                   run=fleet_runner_for(fleet, plan.kv_bandwidth_gb_s)))
         return capacities[full_key]
 
     for g, (scenario_name, device, model_name, mode, fleet) in enumerate(groups, start=1):
@@ -213,8 +244,8 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
         # A fleet of N engines gets N times the requests: the same span of the trace per
         # engine, so its capacity is measured over as long a window as one engine's (a
         # short window lets a fleet's many running decodes hide a growing backlog).
-        engines = parse_fleet(fleet)[0]
-        size = plan.num_requests * engines
+        spec = parse_fleet(fleet)
+        size = plan.num_requests * spec.size
         if (scenario_name, size) not in cases:
             cases[scenario_name, size] = scenario.build(size)
         case = cases[scenario_name, size]
@@ -234,6 +265,7 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
             "engine": asdict(settings), "closed_loop": scenario.closed_loop,
             "capacity_rps": _r(capacity.rate), "capacity": asdict(capacity),
             **({"fleet": fleet, "requests": size} if fleet != "1" else {}),
+            **({"kv_bandwidth_gb_s": plan.kv_bandwidth_gb_s} if spec.disaggregated else {}),
         }
         if settings.enable_prefix_caching:
             without = capacity_of(scenario, case, model,
@@ -246,7 +278,7 @@ def run_suite(plan: Plan, out: Path, progress: Callable[[str], None] = print) ->
             for arm in plan.arms:
                 run_start = time.perf_counter()
                 metrics = run_cell(case, model, settings, arm, rate, scenario.closed_loop,
-                                   fleet)
+                                   fleet, plan.kv_bandwidth_gb_s)
                 run_s += time.perf_counter() - run_start
                 results.cells.append({"scenario": scenario_name, "device": device,
                                       "model": model_name, "mode": mode, "load": load,
@@ -347,6 +379,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     suite.add_argument("--fleets", type=_fleets,
                        help=f"comma-separated: {FLEET_SPEC}; each group runs on each "
                             "(default: 1)")
+    suite.add_argument("--kv-bandwidth", type=float, metavar="GB_S",
+                       help="a disaggregated fleet's KV link per decode engine, GB/s "
+                            f"(default {DEFAULT_BANDWIDTH_GB_S:g}: one 400 Gb/s RDMA NIC)")
     suite.add_argument("--loads", type=_loads,
                        help=f"fractions of stock's capacity (default {','.join(map(str, LOADS))})")
     suite.add_argument("--arms", help="comma-separated arms, stock always among them "
@@ -381,7 +416,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
                 args.models or base.models, args.modes or base.modes,
                 args.loads or base.loads, arms, num,
                 sync_also=() if args.modes else base.sync_also,
-                fleets=args.fleets or base.fleets)
+                fleets=args.fleets or base.fleets,
+                kv_bandwidth_gb_s=args.kv_bandwidth or base.kv_bandwidth_gb_s)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -85,9 +85,16 @@ def _setting_line(group: dict[str, Any]) -> str:
     cached = engine.get("enable_prefix_caching", False)
     fleet = group.get("fleet")
     if fleet:
-        engines, router = parse_fleet(fleet)
-        line = (f"{engines} engines behind {router} ({group['requests']:,} requests); each "
-                f"engine: budget")
+        spec = parse_fleet(fleet)
+        if spec.disaggregated:
+            decode = " running stock vLLM" if spec.decode_arm else ""
+            line = (f"{spec.engines} prefill and {spec.decode_engines} decode engine(s)"
+                    f"{decode}, each pool behind {spec.router}, the KV cache handed over at "
+                    f"{group['kv_bandwidth_gb_s']:g} GB/s per decode engine "
+                    f"({group['requests']:,} requests); each engine: budget")
+        else:
+            line = (f"{spec.engines} engines behind {spec.router} ({group['requests']:,} "
+                    f"requests); each engine: budget")
     else:
         line = "Budget"
     line += (f" {engine['max_num_batched_tokens']} tokens, {engine['max_num_seqs']} "
