@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,7 @@ def simulate_disagg(
                                         [engine_state(e, reads_work) for e in decode])
             on_decode[request.id] = index
             decode[index].clock.jump_to(at_s)
-            decode[index].add(request, decode_params())
+            decode[index].add(replace(request, arrival_s=at_s), decode_params())
             return
         request = arrivals.pop_due(at_s)
         assert request is not None

@@ -210,6 +210,11 @@ class EngineLoop:
         """A step is in flight or a request is unfinished."""
         return self.in_flight is not None or self.scheduler.has_unfinished_requests()
 
+    @property
+    def transfer_ends_s(self) -> float | None:
+        """When this engine's next KV transfer ends (None: none under way)."""
+        return self.kv.next_event_s() if self.kv is not None else None
+
     def add(self, case: WorkloadRequest, kv_transfer_params: dict[str, Any] | None = None,
             output_tokens: int | None = None) -> None:
         """``case`` reaches the engine now; one too long for ``max_model_len`` fails at

@@ -130,10 +130,13 @@ def drive(engines: Sequence[EngineLoop], next_arrival: Callable[[], float | None
         later = [e.clock.now for e in busy if e.clock.now > now]
         # Where an engine that can schedule nothing waits: the next arrival, or, with
         # none released, the next step elsewhere (its end may release a turn); with
-        # another engine due at the same time, it waits for that one to step.
+        # another engine due at the same time, it waits for that one to step, unless
+        # every busy engine has had its turn since anything moved: then until the first
+        # KV transfer ends (disaggregated pools wait on each other's transfers).
         wait = arrival if arrival is not None else min(later, default=None)
         if wait is None and len(later) < len(busy) - 1:
-            wait = now
+            wait = now if stuck < len(busy) else min(
+                (t for e in busy if (t := e.transfer_ends_s) is not None), default=now)
         before = (now, engine.timing.steps)
         engine.step(wait)
         counter += 1
