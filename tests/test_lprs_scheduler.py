@@ -402,3 +402,38 @@ def test_the_automatic_target_is_predicted_once_the_built_in_model_has_learned(
         engine.step()
     assert math.isfinite(rule.bias_ms)
     assert rule.params.target_ms > 0
+
+
+@pytest.mark.parametrize("config", [
+    {},  # the default: guarded-srpf with LPRS and APC on the built-in latency model
+    {"lprs": {"enabled": False}},
+    {"apc": {"enabled": False}},
+], ids=["default", "apc", "lprs"])
+def test_with_chunked_prefill_off_every_prompt_is_prefilled_whole(config_only_model,
+                                                                   config) -> None:
+    # --no-enable-chunked-prefill: vLLM runs each prompt in one step, and a KV connector
+    # such as vLLM's ExampleConnector saves a prompt's KV from that step alone.
+    lengths = [40, 70, 100, 150, 200, 260, 330, 400, 500, 600, 750, 900]
+    first: dict[str, int] = {}
+    for seed in range(6):
+        random.Random(seed).shuffle(lengths)
+        scheduler = make_scheduler(FairSyncScheduler, config_only_model, block_size=32,
+                                   max_num_batched_tokens=1024, max_model_len=1024,
+                                   max_num_seqs=8, num_blocks=4000, async_scheduling=False,
+                                   enable_chunked_prefill=False,
+                                   additional_config={"fairsched": config})
+        engine = OfflineEngine(scheduler)
+        requests = [make_request(f"s{seed}-r{i}-{n}", n, 1, arrival_time=1.0 + i * 0.001)
+                    for i, n in enumerate(lengths)]
+        pending = requests[:] if seed % 2 else []
+        if not pending:
+            engine.add(requests)
+        for _ in range(200):
+            if pending:
+                engine.add([pending.pop(0)])
+            if not (scheduler.waiting or scheduler.running or pending):
+                break
+            for req_id, tokens in engine.step().output.num_scheduled_tokens.items():
+                first.setdefault(req_id, tokens)
+    assert len(first) == 6 * len(lengths)
+    assert {req_id: int(req_id.rsplit("-", 1)[1]) for req_id in first} == first

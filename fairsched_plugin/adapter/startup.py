@@ -193,6 +193,13 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
         )
         if not (config.lprs.enabled or config.apc.enabled or align):
             return None
+        if not getattr(self.scheduler_config, "enable_chunked_prefill", True):
+            # LPRS, APC and alignment size prefill chunks; with chunked prefill off vLLM
+            # runs each prompt whole (a KV connector such as vLLM's ExampleConnector saves
+            # a prompt's KV once, from its first step, and relies on that).
+            logger.info("fairsched: chunked prefill is off, so LPRS, APC and chunk "
+                        "alignment are off: every prompt is prefilled whole, as vLLM does")
+            return None
         predictor = memory = None
         if config.lprs.enabled and config.predictor.path:
             memory = make_memory_provider(config.profile.memory, kv_state_reader(self))

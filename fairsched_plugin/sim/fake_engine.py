@@ -99,6 +99,7 @@ def make_scheduler(
     long_prefill_token_threshold: int = 0,
     ngram_speculative_tokens: int = 0,
     clock: Callable[[], float] | None = None,
+    enable_chunked_prefill: bool = True,
 ) -> Scheduler:
     """A real scheduler of ``scheduler_cls`` over a fake KV cache of ``num_blocks`` blocks.
 
@@ -114,7 +115,7 @@ def make_scheduler(
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
         long_prefill_token_threshold=long_prefill_token_threshold,
-        enable_chunked_prefill=True,
+        enable_chunked_prefill=enable_chunked_prefill,
         async_scheduling=async_scheduling,
         is_encoder_decoder=False,
         policy=scheduling_policy,

@@ -113,6 +113,7 @@ def group_table(group: dict[str, Any], cells: list[Cell]) -> list[str]:
     classes = classes_of(cells)
     hits = any("prefix_hit_rate" in c["metrics"] for c in cells)
     spread = any("balance" in c["metrics"] for c in cells)
+    handoff = any(c["metrics"].get("handoff") for c in cells)
     fleet = group.get("fleet")
     lines = [f"### {group['scenario']} · {group['accelerator']} · {group['model']} · "
              f"{group['mode']}" + (f" · {fleet}" if fleet else ""), "",
@@ -120,8 +121,11 @@ def group_table(group: dict[str, Any], cells: list[Cell]) -> list[str]:
              "| load (req/s) | arm | " + " | ".join(name for name, _ in COLUMNS)
              + " | " + " | ".join(f"P99 TTFT {c}" for c in classes)
              + (" | prefix hits" if hits else "")
-             + (" | busiest engine's busy time / mean" if spread else "") + " |",
-             "|---|---|" + "---|" * (len(COLUMNS) + len(classes) + hits + spread)]
+             + (" | busiest engine's busy time / mean" if spread else "")
+             + (" | hand-off wait mean / P99 (ms) | pull mean (ms)" if handoff else "")
+             + " |",
+             "|---|---|" + "---|" * (len(COLUMNS) + len(classes) + hits + spread
+                                     + 2 * handoff)]
     for cell in cells:
         base = stock[(group_key(cell), cell["load"])]
         if cell["arm"] == STOCK:
@@ -136,6 +140,10 @@ def group_table(group: dict[str, Any], cells: list[Cell]) -> list[str]:
             values.append(f"{cell['metrics']['prefix_hit_rate']:.1%}")
         if spread:
             values.append(f"{cell['metrics']['balance']['busy_max_over_mean']:.2f}")
+        if handoff:
+            moved = cell["metrics"]["handoff"]
+            values += [f"{moved['wait_mean'] * 1e3:.0f} / {moved['wait_p99'] * 1e3:.0f}",
+                       f"{moved['pull_mean'] * 1e3:.1f}"]
         lines.append(f"| {cell['load']:g}x ({cell['rate']:.2f}) | {cell['arm']} | "
                      + " | ".join(values) + " |")
     return lines
