@@ -180,13 +180,36 @@ def test_a_committed_open_loop_conversation_cell_reproduces_exactly() -> None:
                     scenario.closed_loop) == cell["metrics"]
 
 
-FLEET_RESULTS = RESULTS.parent / "2026-12-07-fleets" / "azure-conv"
+FLEETS = RESULTS.parent / "2026-12-07-fleets"
 
 
-def test_the_committed_fleet_table_renders_from_its_results(tmp_path: Path) -> None:
+@pytest.mark.parametrize("folder", ["azure-conv", "disagg"])
+def test_the_committed_fleet_tables_render_from_their_results(tmp_path: Path,
+                                                              folder: str) -> None:
     from fairsched_plugin.cli import main
 
-    shutil.copy(FLEET_RESULTS / "results.json", tmp_path / "results.json")
+    results = FLEETS / folder
+    shutil.copy(results / "results.json", tmp_path / "results.json")
     assert main(["suite", "--render", "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "suite.md").read_text() == (FLEET_RESULTS / "suite.md").read_text()
+    assert (tmp_path / "suite.md").read_text() == (results / "suite.md").read_text()
 
+
+
+def test_a_committed_disaggregated_cell_reproduces_exactly() -> None:
+    """The default at capacity on one prefill and one decode engine: the cell where the
+    order already matters there, hand-off figures included."""
+    from fairsched_plugin.sim.hardware import accelerator, model_config
+    from fairsched_plugin.sim.scenarios import SCENARIOS
+    from fairsched_plugin.sim.step_models import AnalyticStepModel
+    from fairsched_plugin.sim.suite import group_settings, run_cell
+
+    results = json.loads((FLEETS / "disagg" / "results.json").read_text())
+    key = ("azure-conv", "h100", "qwen3-8b", "async")
+    scenario = SCENARIOS[key[0]]
+    model = AnalyticStepModel(model_config(key[2]), accelerator(key[1]), key[1])
+    settings = group_settings(scenario, key[1], model, key[3])
+    cell = next(c for c in results["cells"] if c.get("fleet") == "1p1d" and c["load"] == 1.0
+                and c["arm"] == results["meta"]["default_policy"])
+    case = scenario.build(results["plan"]["num_requests"])
+    assert run_cell(case, model, settings, cell["arm"], cell["rate"], fleet="1p1d",
+                    kv_bandwidth_gb_s=results["plan"]["kv_bandwidth_gb_s"]) == cell["metrics"]
