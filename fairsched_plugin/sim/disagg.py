@@ -37,7 +37,7 @@ from typing import Any
 from ..bench.arms import Arm, parse_arm
 from ..bench.case_files import WorkloadRequest
 from .arrivals import Arrivals
-from .engine import EngineLoop, SimRun, Timing, engine_request_id
+from .engine import EngineLoop, SimRun, engine_request_id
 from .engine_settings import SimSettings
 from .fleet import drive, engine_share, engine_state
 from .kv_transfer import PREFILL_PARAMS, decode_params
@@ -129,14 +129,7 @@ def simulate_disagg(
         prefill[index].add(request, dict(PREFILL_PARAMS), output_tokens=1)
 
     engines = prefill + decode
-    try:
-        drive(engines, next_arrival, deliver, lambda: not arrivals.exhausted)
-    finally:
-        for loop in engines:
-            loop.close()
-    total = Timing()
-    for loop in engines:
-        total.add(loop.timing)
+    total = drive(engines, next_arrival, deliver, lambda: not arrivals.exhausted)
     run = _disagg_run(prefill, decode, pulls, fleet, bandwidth_gb_s, step_model, category)
     return SimRun(run, total, max(e.clock.now for e in engines))
 

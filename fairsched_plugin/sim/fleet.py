@@ -87,21 +87,15 @@ def simulate_fleet(
         engine.clock.jump_to(arrival)
         engine.add(request)
 
-    try:
-        drive(engines, arrivals.next_time, deliver, lambda: not arrivals.exhausted)
-    finally:
-        for engine in engines:
-            engine.close()
-    total = Timing()
-    for engine in engines:
-        total.add(engine.timing)
+    total = drive(engines, arrivals.next_time, deliver, lambda: not arrivals.exhausted)
     return SimRun(_fleet_run(engines, routed, router.name, step_model, category), total,
                   max(e.clock.now for e in engines))
 
 
 def drive(engines: Sequence[EngineLoop], next_arrival: Callable[[], float | None],
-          deliver: Callable[[float], None], more_to_come: Callable[[], bool]) -> None:
-    """Step ``engines`` in time order until none is busy and nothing is left to arrive.
+          deliver: Callable[[float], None], more_to_come: Callable[[], bool]) -> Timing:
+    """Step ``engines`` in time order until none is busy and nothing is left to arrive,
+    then close them (also when the run fails); returns their loops' summed timing.
 
     ``next_arrival``: when the next request reaches the fleet (None: none released now);
     ``deliver(t)``: route and add the request due at ``t`` (it is handled as soon as no
@@ -109,6 +103,21 @@ def drive(engines: Sequence[EngineLoop], next_arrival: Callable[[], float | None
     released may still arrive (a closed loop's later turns). Raises
     :class:`SimulationStalled` when no engine can schedule anything and nothing is left
     to arrive."""
+    try:
+        _step_in_time_order(engines, next_arrival, deliver, more_to_come)
+    finally:
+        for engine in engines:
+            engine.close()
+    total = Timing()
+    for engine in engines:
+        total.add(engine.timing)
+    return total
+
+
+def _step_in_time_order(engines: Sequence[EngineLoop],
+                        next_arrival: Callable[[], float | None],
+                        deliver: Callable[[float], None],
+                        more_to_come: Callable[[], bool]) -> None:
     last_step = {id(e): 0 for e in engines}
     counter = stuck = 0
     while True:
