@@ -29,7 +29,7 @@ from ..config import ConfigError, FairschedConfig
 from ..extras import available, note_no_plots
 from ..user_files import output_dir
 from . import analytic
-from .capacity import Capacity, find_capacity
+from .capacity import Capacity, Runner, find_capacity
 from .routers import DEFAULT_BANDWIDTH_GB_S, FLEET_SPEC, Fleet, parse_fleet
 from .devices import DEVICES, serve_defaults
 from .hardware import MODEL_CONFIGS, accelerator, model_config
@@ -188,7 +188,7 @@ def run_cell(case: Sequence[Any], model: AnalyticStepModel, settings: SimSetting
 
 
 def fleet_runner_for(fleet: Fleet, kv_bandwidth_gb_s: float = DEFAULT_BANDWIDTH_GB_S,
-                     closed_loop: bool = False) -> Any:
+                     closed_loop: bool = False) -> Runner:
     """The ``capacity.Runner`` of a fleet (engines behind a router, or disaggregated)."""
     from .disagg import disagg_runner
     from .fleet import fleet_runner
