@@ -183,7 +183,8 @@ def test_a_committed_open_loop_conversation_cell_reproduces_exactly() -> None:
 FLEETS = RESULTS.parent / "2026-12-07-fleets"
 
 
-@pytest.mark.parametrize("folder", ["azure-conv", "azure-conv-8", "long-context", "long-context-8", "disagg"])
+@pytest.mark.parametrize("folder", ["azure-conv", "azure-conv-8", "long-context",
+                                    "long-context-8", "long-context-8-dp-rr", "disagg"])
 def test_the_committed_fleet_tables_render_from_their_results(tmp_path: Path,
                                                               folder: str) -> None:
     from fairsched_plugin.cli import main
