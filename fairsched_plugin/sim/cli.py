@@ -209,7 +209,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     elapsed = time.perf_counter() - started
-    config = simulation_config(args, arms, first, model, settings, sources)
+    config = simulation_config(args, arms, first, model, settings, sources, fleet)
     config["simulator_time"] = {
         "wall_s": round(elapsed, 2), "steps": timing.steps,
         "vllm_schedule_s": round(timing.schedule_s, 2),
@@ -274,7 +274,9 @@ def _with_service(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model: StepModel,
-                      settings: SimSettings, sources: dict[str, str]) -> dict[str, Any]:
+                      settings: SimSettings, sources: dict[str, str],
+                      fleet: Fleet | None) -> dict[str, Any]:
+    """What ``config.json`` records of the run; ``fleet``: as :func:`fleet_of` gave it."""
     return {
         "command": " ".join(["fairsched", *sys.argv[1:]]),
         "simulated": True,
@@ -288,6 +290,7 @@ def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model:
                      "answer" if args.closed_loop else "open loop: every request at its "
                      "recorded time"),
         "repeat": args.repeat,
-        "fleet": fleet._asdict() if (fleet := fleet_of(args)) is not None else None,
-        **({"kv_bandwidth_gb_s": args.kv_bandwidth} if args.disagg else {}),
+        "fleet": fleet._asdict() if fleet is not None else None,
+        **({"kv_bandwidth_gb_s": args.kv_bandwidth}
+           if fleet is not None and fleet.disaggregated else {}),
     }

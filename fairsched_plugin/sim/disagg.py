@@ -40,7 +40,7 @@ from .arrivals import Arrivals
 from .engine import EngineLoop, SimRun, engine_request_id
 from .engine_settings import SimSettings
 from .fleet import drive, engine_share, engine_state
-from .kv_transfer import PREFILL_PARAMS, decode_params
+from .kv_transfer import decode_params, prefill_params
 from .routers import DEFAULT_BANDWIDTH_GB_S, Fleet, make_router
 from .scheduler_factory import KvTransfer
 from .step_models import StepModel
@@ -126,7 +126,7 @@ def simulate_disagg(
                                      [engine_state(e, reads_work) for e in prefill])
         on_prefill[request.id] = (index, request)
         prefill[index].clock.jump_to(at_s)
-        prefill[index].add(request, dict(PREFILL_PARAMS), output_tokens=1)
+        prefill[index].add(request, prefill_params(), output_tokens=1)
 
     engines = prefill + decode
     total = drive(engines, next_arrival, deliver, lambda: not arrivals.exhausted)

@@ -251,7 +251,7 @@ class EngineLoop:
         if self.kv is not None:
             self.kv.start_pulls(start)
         if output.total_num_scheduled_tokens == 0:
-            loaded = self.kv.next_event_s() if self.kv is not None else None
+            loaded = self.transfer_ends_s
             if self.in_flight is not None:
                 self._complete(self.in_flight)
                 self.in_flight = None

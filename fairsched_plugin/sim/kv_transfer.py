@@ -47,13 +47,14 @@ if TYPE_CHECKING:
 CONNECTOR = "SimulatedKVTransfer"
 MODULE = __name__
 
-PREFILL_PARAMS = {"do_remote_decode": True}
-"""What a disaggregation proxy sends the prefill engine with the request."""
+def prefill_params() -> dict[str, Any]:
+    """What a disaggregation proxy sends the prefill engine with the request."""
+    return {"do_remote_decode": True}
 
 
 def decode_params() -> dict[str, Any]:
-    """What the proxy sends the decode engine (a fresh dict: vLLM's connector clears its
-    flag once the pull is queued)."""
+    """What the proxy sends the decode engine (a fresh dict per request: the connector
+    clears its flag once the pull is queued)."""
     return {"do_remote_prefill": True}
 
 
