@@ -179,6 +179,10 @@ KEYS: tuple[_Key, ...] = (
     _Key("guarded_srpf.persist_s", float,
          "a finite number >= 0 (slack beyond 1 applies only to the backlog that persisted "
          "through the last persist_s seconds; 0: to the whole backlog)", _non_negative),
+    _Key("guarded_srpf.tail_window", int,
+         "0 (off) or an integer >= 8: requests over which the guard compares its TTFT "
+         "tail with FCFS's estimate and steps back towards arrival order while it is longer",
+         lambda v: v == 0 or v >= 8, see="docs/policies.md#the-guard-watches-its-own-tail"),
     _Key("guarded_aging.slack", float, "a finite number > 0 (as guarded_srpf.slack)",
          _positive),
     _Key("guarded_aging.window_s", float, "a finite number >= 0 (as guarded_srpf.window_s)",
@@ -257,9 +261,9 @@ KEYS: tuple[_Key, ...] = (
          '"auto" (the detected accelerator) or an accelerator preset with optional '
          ":field=value overrides (h100:bandwidth_efficiency=0.63): where the built-in "
          "latency model starts when predictor.path is empty", see="docs/predictor.md"),
-    _Key("lprs.enabled", bool, '"auto" (on unless the policy is fcfs, the control), true or '
-         "false (choose prefill chunks by predicted latency; with predictor.path's model, "
-         "else the built-in one)", allow_auto=True),
+    _Key("lprs.enabled", bool, '"auto" (on with predictor.path\'s fitted model unless the '
+         "policy is fcfs, the control), true or false (choose prefill chunks by predicted "
+         "latency; with predictor.path's model, else the built-in one)", allow_auto=True),
     _Key("lprs.target_ms", float,
          'a finite number > 0 (target batch time, ms) or "auto" (the predicted time of a '
          "step prefilling 4096 tokens, or the token budget when smaller, and nothing else)",
@@ -291,8 +295,9 @@ KEYS: tuple[_Key, ...] = (
          "a number in [0, 1]: LPRS also falls back when it cut chunks in most steps of the "
          "window while their median time was below this x target_ms (0: never)",
          lambda v: 0 <= v <= 1),
-    _Key("apc.enabled", bool, '"auto" (on unless the policy is fcfs, the control), true or '
-         "false (active prefill control)", allow_auto=True),
+    _Key("apc.enabled", bool, '"auto" (on with predictor.path\'s fitted model unless the '
+         "policy is fcfs, the control), true or false (active prefill control)",
+         allow_auto=True),
     _Key("apc.max_active_prefills", int,
          "an integer >= 1 (C_max: prefills a step leaves unfinished, at most)",
          lambda v: v >= 1),
@@ -663,9 +668,12 @@ def _build(values: Mapping[str, Any]) -> FairschedConfig:
 
 
 def resolve_auto_switches(config: FairschedConfig) -> FairschedConfig:
-    """``lprs.enabled`` and ``apc.enabled`` "auto": on, unless the policy is ``fcfs``, which
-    stays vLLM's own schedule (the control arm)."""
-    on = config.policy != "fcfs"
+    """``lprs.enabled`` and ``apc.enabled`` "auto": on with a latency model fitted to the
+    engine (``predictor.path``), unless the policy is ``fcfs``, which stays vLLM's own
+    schedule (the control arm). The built-in model is not fitted to the engine, and chunks
+    sized by it can lower the prefill rate on long prompts: without a fitted model, prefill
+    chunks stay vLLM's token-budget rule."""
+    on = config.policy != "fcfs" and bool(config.predictor.path)
     if config.lprs.enabled == AUTO:
         config = replace(config, lprs=replace(config.lprs, enabled=on))
     if config.apc.enabled == AUTO:

@@ -36,6 +36,9 @@ class GuardedSRPFConfig:
     window_s: float = 0.0
     size_allowance: float = 1.0
     persist_s: float = 0.0
+    tail_window: int = 200
+    """Requests over which the guard compares its TTFT tail with FCFS's and steps back
+    towards arrival order when it is longer (``policies.tail_watch``); 0: no watch."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,8 @@ class LPRSConfig:
     (``policies.lprs_guard``)."""
 
     enabled: bool | str = "auto"
-    """"auto": on unless the policy is ``fcfs`` (resolved when the config is loaded)."""
+    """"auto": on with ``predictor.path``'s fitted model unless the policy is ``fcfs``
+    (resolved when the config is loaded)."""
     target_ms: float | str = AUTO
     """"auto": the predicted time of a step prefilling 4,096 tokens (at most the token
     budget) and nothing else (``policies.lprs.AUTO_TARGET_TOKENS`` says why); or a fixed
@@ -144,7 +148,8 @@ class APCConfig:
     useful chunk, warm start, and a bound on how long one prefill can be held back."""
 
     enabled: bool | str = "auto"
-    """"auto": on unless the policy is ``fcfs`` (resolved when the config is loaded)."""
+    """"auto": on with ``predictor.path``'s fitted model unless the policy is ``fcfs``
+    (resolved when the config is loaded)."""
     max_active_prefills: int = 8
     min_chunk: int = 16
     max_deferred_steps: int = 64

@@ -373,17 +373,25 @@ def test_lprs_resumes_when_the_predictions_agree_again(config_only_model, tmp_pa
     assert "at most lprs.guard_recover_error 0.5" in messages[1][1]
 
 
-def test_the_default_has_lprs_and_apc_with_the_built_in_model_and_fcfs_has_neither(
-        config_only_model):
+def test_lprs_and_apc_are_on_only_with_a_fitted_model_and_never_under_fcfs(
+        config_only_model, model):
     from fairsched_plugin.sim.fake_engine import make_scheduler
 
     default = make_scheduler(FairSyncScheduler, config_only_model, async_scheduling=False)
-    rule = default._chunk_rule
+    assert default._chunk_rule is None  # the built-in model is not fitted to the engine
+    fitted = make_scheduler(FairSyncScheduler, config_only_model, async_scheduling=False,
+                            additional_config={"fairsched": {"predictor": {"path": str(model)}}})
+    assert fitted._chunk_rule.params is not None and fitted._chunk_rule.apc is not None
+    built_in = make_scheduler(
+        FairSyncScheduler, config_only_model, async_scheduling=False,
+        additional_config={"fairsched": {"lprs": {"enabled": True}, "apc": {"enabled": True}}})
+    rule = built_in._chunk_rule
     assert isinstance(rule.predictor, RooflineLatencyModel) and rule.apc is not None
     # The automatic target: no preset for this CPU, so none until the model has seen steps.
     assert rule.auto_target and not rule.params.target_ms > 0
     control = make_scheduler(FairSyncScheduler, config_only_model, async_scheduling=False,
-                             additional_config={"fairsched": {"policy": "fcfs"}})
+                             additional_config={"fairsched": {"policy": "fcfs",
+                                                              "predictor": {"path": str(model)}}})
     assert control._chunk_rule is None
 
 
@@ -392,7 +400,8 @@ def test_the_automatic_target_is_predicted_once_the_built_in_model_has_learned(
     """No preset for this CPU: the target is NaN at first, and the online correction of
     those first steps must not turn the bias into NaN (it would keep every prediction,
     the target and so LPRS off for good)."""
-    engine = _engine(config_only_model, None)  # the default, LPRS and APC on
+    engine = _engine(config_only_model, {"lprs": {"enabled": True},
+                                         "apc": {"enabled": True}})  # the built-in model
     rule = engine.scheduler._chunk_rule
     engine.add([make_request(f"r{i}", 600, 20, arrival_time=1.0 + i) for i in range(3)])
     for step in range(100):
@@ -405,10 +414,11 @@ def test_the_automatic_target_is_predicted_once_the_built_in_model_has_learned(
 
 
 @pytest.mark.parametrize("config", [
-    {},  # the default: guarded-srpf with LPRS and APC on the built-in latency model
-    {"lprs": {"enabled": False}},
-    {"apc": {"enabled": False}},
-], ids=["default", "apc", "lprs"])
+    {},  # the default: guarded-srpf (LPRS and APC only with a fitted model)
+    {"lprs": {"enabled": True}, "apc": {"enabled": True}},  # both on the built-in model
+    {"lprs": {"enabled": False}, "apc": {"enabled": True}},
+    {"lprs": {"enabled": True}, "apc": {"enabled": False}},
+], ids=["default", "lprs-apc", "apc", "lprs"])
 def test_with_chunked_prefill_off_every_prompt_is_prefilled_whole(config_only_model,
                                                                    config) -> None:
     # --no-enable-chunked-prefill: vLLM runs each prompt in one step, and a KV connector

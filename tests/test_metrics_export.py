@@ -78,6 +78,7 @@ def _full() -> dict:
         reordered=3,
         overdue={"count": 2, "counts": [1, 1, 0], "sum": 1.5},
         alpha=250.0,
+        tail_watch={"gain": 0.5, "step_backs": 3, "tail_ratio": 1.08},
         lprs={"falling_back": True, "fallback_steps": {"predictor_error": 1, "guard": 4},
               "error": {"counts": [5, 2, 1], "sum": 3.0}, "target_ms": 50.0,
               "bias_ms": 2.5, "model": "roofline of qwen3-8b on H100 SXM"},
@@ -137,6 +138,14 @@ def test_a_full_snapshot_exports_exactly_the_metric_names(tmp_path):
                for group in families.values() for family in group
                for sample in family.samples}
     assert exposed == set(METRIC_NAMES)
+
+
+def test_the_guard_gain_and_its_step_backs_are_exported(tmp_path):
+    _write(tmp_path, _full(), _plain())
+    families = _scrape(_registered(tmp_path))
+    assert _value(families, "fairsched:guard_gain", engine="0") == 0.5
+    assert _value(families, "fairsched:guard_step_backs_total", engine="0") == 3
+    assert not _samples(families, "fairsched:guard_gain", engine="1")  # no watch there
 
 
 def test_bucket_counts_become_cumulative(tmp_path):

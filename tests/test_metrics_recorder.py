@@ -239,7 +239,7 @@ def test_aging_reports_its_alpha(config_only_model, tmp_path):
 
 def test_a_target_not_predicted_yet_is_written_as_null(config_only_model, tmp_path):
     """``GET /fairsched`` serves the snapshot as strict JSON: NaN would make it fail."""
-    engine = _engine(config_only_model, tmp_path, Clock())
+    engine = _engine(config_only_model, tmp_path, Clock(), lprs={"enabled": True})
     lprs = _snapshot(engine, tmp_path)["lprs"]
     assert lprs["target_ms"] is None  # the CPU has no preset: nothing predicted at start-up
     json.dumps(lprs, allow_nan=False)

@@ -141,6 +141,10 @@ class MetricsHooks:
                         if lprs_on else None),
             apc_on=rule is not None and rule.apc is not None,
             alpha=(policy.alpha,) if isinstance(policy, AgingPolicy) else None,
+            tail_watch=(None if self._tail_watch is None else
+                        {"gain": self._tail_watch.gain,
+                         "step_backs": self._tail_watch.step_backs,
+                         "tail_ratio": self._tail_watch.last_ratio}),
         )
         write_snapshot(self._metrics_path, document)
         self._metrics_written = now

@@ -144,7 +144,7 @@ class FairSchedulingMixin(StepTrace, MetricsHooks, HeldRequests, StepPlanning, R
         policy = self.fairsched_policy
         if policy.uses_deadlines:
             self._deadlines[request.request_id] = policy.deadline(
-                request.arrival_time, self._backlog(), request.num_tokens, request.request_id)
+                self._clock(), self._backlog(), request.num_tokens, request.request_id)
         super().add_request(request)
         if policy.tracks_service:
             policy.observe_arrival(request_view(request))

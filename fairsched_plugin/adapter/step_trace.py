@@ -15,6 +15,7 @@ from typing import Any
 
 from vllm.v1.core.sched.output import SchedulerOutput
 
+from ..policies.tail_watch import TailWatch
 from ..predictor.features import BatchStats
 from .steps import StepMonitor
 
@@ -27,6 +28,7 @@ class StepTrace:
     _steps: StepMonitor | None = None
     """Set at start-up; the class default keeps ``update_from_output`` working on a
     scheduler built without it (vLLM's own tests build one with ``object.__new__``)."""
+    _tail_watch: TailWatch | None = None
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         if self._metrics is not None:
@@ -49,7 +51,10 @@ class StepTrace:
         if self.fairsched_policy.uses_deadlines:
             # Counted as scheduled, when vLLM also counts the tokens computed (and the work
             # ahead of the queue shrinks by as much): the same instant in sync and async.
-            self.fairsched_policy.observe_step(sum(chunks))
+            self.fairsched_policy.observe_step(sum(chunks), self._now, finished)
+            watch = self._tail_watch
+            if watch is not None and watch.step_backs != self._step_backs_logged:
+                self._log_step_back(watch)
         try:
             # Positional, in on_dispatch's order: a keyword call costs more, every step.
             self._steps.on_dispatch(
@@ -59,6 +64,17 @@ class StepTrace:
             )
         except Exception:
             self._degrade("the step trace")
+
+    def _log_step_back(self, watch: TailWatch) -> None:
+        """The guard lowered its gain: said at the first step-back, then counted only
+        (``fairsched:guard_step_backs``)."""
+        if self._step_backs_logged == 0:
+            logger.warning(
+                "fairsched: the TTFT tail of the last requests was %.2fx FCFS's estimate on "
+                "this engine, so the guard steps back towards arrival order (gain %.2f); "
+                "it probes back while the tail holds (logged once, counted in "
+                "fairsched:guard_step_backs)", watch.last_ratio, watch.gain)
+        self._step_backs_logged = watch.step_backs
 
     def _step_record(
         self, scheduler_output: SchedulerOutput

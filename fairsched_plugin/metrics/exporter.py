@@ -53,6 +53,14 @@ _FAMILIES: dict[str, tuple[type[Metric], str, tuple[str, ...]]] = {
         CounterMetricFamily, "Requests first scheduled after their guard deadline.", ()),
     "fairsched:overdue_lateness_seconds": (
         HistogramMetricFamily, "How late an overdue request was first scheduled.", ()),
+    "fairsched:guard_gain": (
+        GaugeMetricFamily,
+        "How much of its slack and size allowance the FCFS guard gives new deadlines "
+        "(1: all; 0: arrival order), as its tail watch steers it.", ()),
+    "fairsched:guard_step_backs": (
+        CounterMetricFamily,
+        "Times the guard's tail watch found the TTFT tail longer than FCFS's and lowered "
+        "the gain.", ()),
     "fairsched:aging_alpha": (
         GaugeMetricFamily, "Aging's current alpha (tokens of priority per second waited).",
         ()),
@@ -155,6 +163,10 @@ def _samples(document: dict[str, Any], now: float) -> dict[str, list[_Sample]]:
         out["fairsched:overdue_requests"] = [((), float(overdue["count"]))]
         out["fairsched:overdue_lateness_seconds"] = [
             ((), _histogram(document["lateness_buckets"], overdue))]
+    watch = document.get("tail_watch")
+    if watch is not None:
+        out["fairsched:guard_gain"] = [((), float(watch["gain"]))]
+        out["fairsched:guard_step_backs"] = [((), float(watch["step_backs"]))]
     if document.get("alpha") is not None:
         out["fairsched:aging_alpha"] = [((), float(document["alpha"]))]
     lprs = document.get("lprs")

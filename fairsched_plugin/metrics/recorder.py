@@ -168,10 +168,12 @@ class MetricsRecorder:
     def snapshot(self, now: float, wall: float, header: dict[str, Any],
                  failures: dict[str, int], has_deadlines: bool,
                  lprs_state: dict[str, Any] | None, apc_on: bool,
-                 alpha: tuple[float | None] | None) -> dict[str, Any]:
+                 alpha: tuple[float | None] | None,
+                 tail_watch: dict[str, float] | None = None) -> dict[str, Any]:
         """The document ``metrics.snapshot`` describes. ``header``: engine, model and
         policy; ``lprs_state``: LPRS's target and bias when it is on; ``alpha``: Aging's
-        alpha, as a 1-tuple, when the policy has one."""
+        alpha, as a 1-tuple, when the policy has one; ``tail_watch``: the guard's gain,
+        step-backs and last tail ratio, when it watches its tail."""
         document: dict[str, Any] = {
             "version": SNAPSHOT_VERSION,
             "time": wall,
@@ -197,6 +199,8 @@ class MetricsRecorder:
             document["overdue"] = {"count": self.overdue, **self.lateness.document()}
         if alpha is not None:
             document["alpha"] = alpha[0]
+        if tail_watch is not None:
+            document["tail_watch"] = dict(tail_watch)
         if lprs_state is not None:
             document["lprs"] = {
                 "falling_back": self.lprs_falling_back,

@@ -25,6 +25,9 @@ The document (``version`` 1):
 - ``overdue``: ``{"count", "counts", "sum"}`` for requests first scheduled after their
   guard deadline, and how late (seconds); absent for policies without a guard;
 - ``alpha``: Aging's current alpha (null while uncalibrated); absent without Aging;
+- ``tail_watch``: ``{"gain", "step_backs", "tail_ratio"}``: the guard's gain on its slack
+  and allowance, how often its tail watch lowered it, and the served tail over FCFS's at
+  its last judgement; absent without the watch;
 - ``lprs``: ``{"falling_back", "fallback_steps": {reason: n}, "error": {"counts",
   "sum"}, "target_ms", "bias_ms"}``, ``error`` the relative error |measured - predicted| /
   measured of each dispatched batch, ``target_ms`` null while an automatic target is not

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -150,11 +150,11 @@ class OrderingPolicy(ABC):
     """With deadlines, what the waiting queues consult before a request passes one with an
     earlier deadline (``guarded.FcfsGuard``); None: no check, deadlines only rank."""
 
-    def deadline(self, arrival_time: float, backlog_tokens: int, own_tokens: int,
+    def deadline(self, now: float, backlog_tokens: int, own_tokens: int,
                  request_id: str | None = None) -> float:
-        """The deadline of a request arriving with ``backlog_tokens`` of prefill work
-        queued ahead of it and ``own_tokens`` of its own (only called when
-        ``uses_deadlines``)."""
+        """The deadline of a request arriving at ``now`` (the scheduler's clock) with
+        ``backlog_tokens`` of prefill work queued ahead of it and ``own_tokens`` of its
+        own (only called when ``uses_deadlines``)."""
         raise NotImplementedError(f"{self.name} assigns no deadlines")
 
     def forget_request(self, request_id: str) -> None:
@@ -176,9 +176,10 @@ class OrderingPolicy(ABC):
         """The prefill work queued at the start of a step, and the part of it in running
         prefills (only when ``uses_deadlines``)."""
 
-    def observe_step(self, prefill_tokens: int) -> None:
-        """A step was scheduled with ``prefill_tokens`` of prefill (only when
-        ``uses_deadlines``)."""
+    def observe_step(self, prefill_tokens: int, now: float = 0.0,
+                     prefills_done: Sequence[str] = ()) -> None:
+        """A step was scheduled at ``now`` with ``prefill_tokens`` of prefill, finishing
+        the prefill of ``prefills_done`` (only when ``uses_deadlines``)."""
 
     def describe(self) -> str:
         """One line for the start-up log."""

@@ -39,9 +39,11 @@ and compare deadlines with :meth:`overdue_cutoff`.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
 from .aging import AgingPolicy
 from .base import OrderingPolicy, RequestView
+from .tail_watch import TailWatch
 
 
 class RecentExtreme:
@@ -79,9 +81,13 @@ class FcfsGuard:
     a request's place in that order (its arrival among the requests given a deadline)."""
 
     def __init__(self, slack: float, window_s: float, size_allowance: float = 0.0,
-                 persist_s: float = 0.0) -> None:
+                 persist_s: float = 0.0, tail_window: int = 0) -> None:
         self.slack = slack
         self.size_allowance = size_allowance
+        self.watch = TailWatch(tail_window) if tail_window else None
+        """With a ``tail_window``: the check that steps the slack and the allowance back
+        towards arrival order while the served tail is longer than FCFS's
+        (``tail_watch``)."""
         self.persisting_backlog = (RecentExtreme(persist_s, smallest=True) if persist_s > 0
                                    else None)
         self.served = 0
@@ -94,18 +100,35 @@ class FcfsGuard:
         self._next_position = 0
 
     def deadline(self, backlog_tokens: int, own_tokens: int = 0,
-                 request_id: str | None = None) -> float:
-        """A new request's deadline; with its ``request_id``, its place in the EDF order."""
+                 request_id: str | None = None, now: float = 0.0) -> float:
+        """A new request's deadline; with its ``request_id``, its place in the EDF order
+        (and, with the tail watch, the start of its watch at ``now``)."""
         ahead = max(backlog_tokens, self.recent_backlog.value)
         earning = ahead
         if self.persisting_backlog is not None:
             earning = min(backlog_tokens, self.persisting_backlog.value)
-        deadline = max(self.served + ahead + (self.slack - 1.0) * earning
-                       + self.size_allowance * own_tokens, self._last_deadline)
+        gain = self.gain
+        if gain > 0:
+            deadline = max(self.served + ahead + gain * (self.slack - 1.0) * earning
+                           + gain * self.size_allowance * own_tokens, self._last_deadline)
+        else:
+            # Due at once: due requests go earliest deadline first, which is arrival
+            # order, running prefills included (a deadline at the FCFS start would
+            # bound only the start, and a long prompt's chunks could still yield).
+            deadline = max(self.served, self._last_deadline)
         self._last_deadline = deadline
         if request_id is not None:
             self._positions[request_id] = self._take_position()
+            if self.watch is not None:
+                self.watch.arrived(request_id, now,
+                                   self.served + backlog_tokens + own_tokens)
         return deadline
+
+    @property
+    def gain(self) -> float:
+        """How much of the slack beyond 1 and of the size allowance new deadlines get:
+        1 without the tail watch."""
+        return 1.0 if self.watch is None else self.watch.gain
 
     def position(self, request_id: str) -> int:
         """The request's place in deadline order (a new one at the end if it has none)."""
@@ -116,6 +139,8 @@ class FcfsGuard:
 
     def forget(self, request_id: str) -> None:
         self._positions.pop(request_id, None)
+        if self.watch is not None:
+            self.watch.forget(request_id)
 
     @property
     def base(self) -> int:
@@ -142,12 +167,19 @@ class FcfsGuard:
         if self.persisting_backlog is not None:
             self.persisting_backlog.observe(now, backlog_tokens)
 
-    def observe_served(self, prefill_tokens: int) -> None:
-        """A step was scheduled with ``prefill_tokens``, all of them running prefills' (the
-        ones admitted in it included), so the work ahead of the queue shrinks by as much
-        as the served work grows (``base`` holds)."""
+    def observe_served(self, prefill_tokens: int, now: float = 0.0,
+                       prefills_done: Sequence[str] = ()) -> None:
+        """A step was scheduled at ``now`` with ``prefill_tokens``, all of them running
+        prefills' (the ones admitted in it included), so the work ahead of the queue
+        shrinks by as much as the served work grows (``base`` holds); it finishes the
+        prefill of ``prefills_done``."""
         self.served += prefill_tokens
         self.ahead = max(self.ahead - prefill_tokens, 0)
+        watch = self.watch
+        if watch is not None:
+            for request_id in prefills_done:
+                watch.prefill_done(request_id, now)
+            watch.served(now, self.served)
 
     def describe(self) -> str:
         window = self.recent_backlog.window_s
@@ -155,7 +187,10 @@ class FcfsGuard:
                 + (f" (largest of the last {window:g} s)" if window else "")
                 + (f" + {self.size_allowance:g} x its own prefill" if self.size_allowance
                    else "")
-                + ", passed only while EDF stays feasible")
+                + ", passed only while EDF stays feasible"
+                + (f"; stepped back towards arrival order while the TTFT tail of the last "
+                   f"{self.watch.window} requests is longer than FCFS's"
+                   if self.watch is not None else ""))
 
     def _take_position(self) -> int:
         position = self._next_position
@@ -173,9 +208,9 @@ class _Guarded:
     def admission_guard(self) -> FcfsGuard:
         return self.guard
 
-    def deadline(self, arrival_time: float, backlog_tokens: int, own_tokens: int,
+    def deadline(self, now: float, backlog_tokens: int, own_tokens: int,
                  request_id: str | None = None) -> float:
-        return self.guard.deadline(backlog_tokens, own_tokens, request_id)
+        return self.guard.deadline(backlog_tokens, own_tokens, request_id, now)
 
     def forget_request(self, request_id: str) -> None:
         self.guard.forget(request_id)
@@ -189,8 +224,9 @@ class _Guarded:
     def observe_backlog(self, now: float, backlog_tokens: int, running_tokens: int = 0) -> None:
         self.guard.observe_backlog(now, backlog_tokens, running_tokens)
 
-    def observe_step(self, prefill_tokens: int) -> None:
-        self.guard.observe_served(prefill_tokens)
+    def observe_step(self, prefill_tokens: int, now: float = 0.0,
+                     prefills_done: Sequence[str] = ()) -> None:
+        self.guard.observe_served(prefill_tokens, now, prefills_done)
 
 
 class GuardedSRPF(_Guarded, OrderingPolicy):
@@ -205,8 +241,8 @@ class GuardedSRPF(_Guarded, OrderingPolicy):
     key_follows_remaining_work = True
 
     def __init__(self, slack: float, window_s: float, size_allowance: float = 0.0,
-                 persist_s: float = 0.0) -> None:
-        self.guard = FcfsGuard(slack, window_s, size_allowance, persist_s)
+                 persist_s: float = 0.0, tail_window: int = 0) -> None:
+        self.guard = FcfsGuard(slack, window_s, size_allowance, persist_s, tail_window)
 
     def value(self, view: RequestView) -> float:
         return view.remaining_prefill

@@ -86,7 +86,8 @@ POLICIES: dict[str, PolicyEntry] = {
         lambda config, epoch: GuardedSRPF(config.guarded_srpf.slack,
                                           config.guarded_srpf.window_s,
                                           config.guarded_srpf.size_allowance,
-                                          config.guarded_srpf.persist_s),
+                                          config.guarded_srpf.persist_s,
+                                          config.guarded_srpf.tail_window),
         "guarded_srpf", "shortest remaining prefill first, FCFS-bounded waits"),
     "guarded-aging": PolicyEntry(
         lambda config, epoch: GuardedAging(config.guarded_aging.slack,
