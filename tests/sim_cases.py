@@ -3,8 +3,26 @@ output tokens)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fairsched_plugin.bench.pairs import request_class
 from fairsched_plugin.bench.case_files import WorkloadRequest
+
+REVISION_1_DEFAULT = "guarded-srpf:lprs.enabled=true:apc.enabled=true:tail_window=0"
+"""The default as results files without a ``default_revision`` ran it."""
+
+
+def as_committed(results: dict[str, Any], arm: str) -> str:
+    """``arm`` spelled as it ran when ``results`` were written (``suite.DEFAULT_REVISION``)."""
+    if arm == results["meta"]["default_policy"] and "default_revision" not in results["meta"]:
+        return REVISION_1_DEFAULT
+    return arm
+
+
+def committed_metrics(metrics: dict[str, Any], committed: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` limited to the figures a committed cell recorded (later figures, such as
+    the prefill tokens computed, are not in older files)."""
+    return {key: value for key, value in metrics.items() if key in committed}
 
 
 def token_case(specs: list[tuple[float, int, int]]) -> list[WorkloadRequest]:

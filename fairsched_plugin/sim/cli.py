@@ -216,9 +216,11 @@ def main(args: argparse.Namespace) -> int:
         "vllm_update_s": round(timing.update_s, 2),
         "step_model_s": round(timing.step_model_s, 2),
     }
+    config["prefill_work"] = prefill_work(runs)
     (args.out / "config.json").write_text(json.dumps(config, indent=2))
     report = write_report(args.out, runs, config=config, target_ms=args.target_ms)
     print(render_markdown(analyse_runs(runs), main_only=True))
+    print(prefill_work_lines(config["prefill_work"]))
     if fleet is not None:
         print(fleet_balance_lines(runs))
     print(f"simulated in {elapsed:.1f} s; report: {report}")
@@ -247,6 +249,35 @@ def fleet_of(args: argparse.Namespace) -> Fleet | None:
     if args.engines == 1 and not args.router:
         return None
     return Fleet(args.engines, args.router or "round-robin")
+
+
+def prefill_work(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Per arm, over its runs: the prompt tokens the engine computed (recomputation after
+    preemptions included) and the share of the served prompts' tokens the prefix cache
+    held when each was admitted."""
+    out = {}
+    for arm, arm_runs in runs.items():
+        done = [r for run in arm_runs for r in run["requests"] if r["error"] is None]
+        prompt = sum(r["prompt_tokens"] for r in done)
+        out[arm] = {
+            "prefill_tokens": sum(r.get("prefill_tokens", 0) for run in arm_runs
+                                  for r in run["requests"]),
+            "prefix_hit_rate": round(sum(r["cached_tokens"] or 0 for r in done) / prompt, 6)
+            if prompt else 0.0,
+        }
+    return out
+
+
+def prefill_work_lines(work: dict[str, dict[str, float]]) -> str:
+    """The prefill work table: tokens computed, as a ratio to the first arm's, and the
+    prefix cache's hit rate."""
+    first = next(iter(work.values()))["prefill_tokens"] or 1
+    lines = ["| Arm | prefill tokens computed | / first arm's | prefix-cache hit rate |",
+             "|---|---|---|---|"]
+    for arm, w in work.items():
+        lines.append(f"| {arm} | {w['prefill_tokens']:,} | {w['prefill_tokens'] / first:.3f} "
+                     f"| {w['prefix_hit_rate']:.1%} |")
+    return "\n".join(lines)
 
 
 def fleet_balance_lines(runs: dict[str, list[dict[str, Any]]]) -> str:

@@ -165,6 +165,8 @@ def _disagg_run(prefill: list[EngineLoop], decode: list[EngineLoop],
                              "sent_s": prefilled["sent_s"],
                              "first_scheduled_s": prefilled["first_scheduled_s"],
                              "cached_tokens": prefilled["cached_tokens"],
+                             "prefill_tokens": (prefilled["prefill_tokens"]
+                                                + row["prefill_tokens"]),
                              "prefill_engine": prefilled["prefill_engine"], "engine": index,
                              "handoff_s": row["arrival_s"],
                              "kv_wait_s": start_s - row["arrival_s"],

@@ -138,13 +138,16 @@ def _result_row(case: WorkloadRequest) -> dict[str, Any]:
             "prompt_tokens": case.prompt_tokens, "target_output_tokens": case.output_tokens,
             "arrival_s": case.arrival_s, "sent_s": case.arrival_s, "first_scheduled_s": None,
             "first_token_s": None, "finish_s": None, "output_tokens": 0, "error": None,
-            "cached_tokens": None,
+            "cached_tokens": None, "prefill_tokens": 0,
             "class": case.request_class}
 
 
-def _batch_of(scheduler: Scheduler, output: Any) -> tuple[SimBatch, list[str]]:
+def _batch_of(scheduler: Scheduler, output: Any, rows: dict[str, dict[str, Any]]
+              ) -> tuple[SimBatch, list[str]]:
     """The step's batch (per sequence) and the prefills it completes, read after
-    ``schedule()`` (which has already advanced ``num_computed_tokens``)."""
+    ``schedule()`` (which has already advanced ``num_computed_tokens``); each prefill's
+    tokens are added to its row's ``prefill_tokens`` (recomputation after a preemption
+    included)."""
     batch = SimBatch()
     finished: list[str] = []
     for req_id, n in output.num_scheduled_tokens.items():
@@ -152,6 +155,7 @@ def _batch_of(scheduler: Scheduler, output: Any) -> tuple[SimBatch, list[str]]:
         before = request.num_computed_tokens - n
         if has_prefill_work(request, before):
             batch.prefills.append((n, before))
+            rows[req_id]["prefill_tokens"] += n
             if before + n >= request.num_tokens:
                 finished.append(req_id)
         else:
@@ -261,7 +265,7 @@ class EngineLoop:
                 clock.jump_to(min(t for t in (upcoming, loaded) if t is not None))
             scheduler.update_from_output(output, model_runner_output({}, self._kv_due()))
             return
-        batch, finished = _batch_of(scheduler, output)
+        batch, finished = _batch_of(scheduler, output, self.rows)
         if self.monitor is not None:
             self.monitor.on_dispatch(
                 output, [n for n, _context in batch.prefills], finished,

@@ -11,10 +11,13 @@ the arrivals to each load (``bench.traces.at_rate``).
 - ``long-context``: ``azure-conv`` with one request in ``LONG_EVERY`` given a prompt of
   32k-128k tokens (log-uniform, seeded; its output as recorded), as agentic and RAG
   traffic mixes long documents into chat. ``max_model_len`` 131072.
+- ``azure-code``: the same trace's code service (packaged): longer prompts (median 1,469
+  tokens, up to 7,437) and short answers.
 - ``mooncake-conv``: Moonshot AI's Kimi conversation trace (packaged; Apache-2.0,
   Mooncake, FAST 2025): consecutive requests from its start with their recorded lengths,
   arrivals and shared 512-token blocks, replayed open-loop with vLLM's prefix cache on
   (prompts of 12k tokens on average, up to 126k). ``max_model_len`` 131072.
+  ``mooncake-conv-nocache`` replays it with the prefix cache off.
 - ``chat-sessions``: ShareGPT's multi-turn conversations as sessions (``bench.sessions``):
   each turn resends the history, the next turn follows the answer after a think time of
   3-60 s (closed loop), prefix cache on. ``chat-sessions-open`` replays the same requests
@@ -25,9 +28,9 @@ the arrivals to each load (``bench.traces.at_rate``).
   are almost fully cached, one in 25 adding a 20k-60k-token document; closed loop,
   prefix cache on, ``max_model_len`` 131072.
 
-``azure-conv``, ``sharegpt`` and ``long-context`` run with the prefix cache off: their
-requests record no sharing between prompts, so a cache would find nothing. The others run
-with it on, as ``vllm serve`` does by default.
+``azure-conv``, ``azure-code``, ``sharegpt`` and ``long-context`` run with the prefix
+cache off: their requests record no sharing between prompts, so a cache would find
+nothing. The others run with it on, as ``vllm serve`` does by default.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ class Scenario:
 
 def azure_conv(n: int) -> list[WorkloadRequest]:
     return trace_case(window(read_trace("azure-conv"), n), "azure-conv")
+
+
+def azure_code(n: int) -> list[WorkloadRequest]:
+    return trace_case(window(read_trace("azure-code"), n), "azure-code")
 
 
 def mooncake_conv(n: int) -> list[WorkloadRequest]:
@@ -121,6 +128,10 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("mooncake-conv", "Mooncake (Kimi) conversation trace, shared prefixes, "
                                   "prefix cache on", 131_072, mooncake_conv,
                  prefix_caching=True),
+        Scenario("mooncake-conv-nocache", "mooncake-conv with the prefix cache off",
+                 131_072, mooncake_conv),
+        Scenario("azure-code", "Azure LLM inference trace 2023, code service", 16_384,
+                 azure_code),
         Scenario("chat-sessions", "ShareGPT multi-turn sessions, closed loop, prefix cache "
                                   "on", 16_384, chat, prefix_caching=True, closed_loop=True),
         Scenario("chat-sessions-open", "chat-sessions replayed open-loop, prefix cache on",

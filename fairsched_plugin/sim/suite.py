@@ -28,7 +28,7 @@ from ..bench.traces import at_rate
 from ..config import ConfigError, FairschedConfig
 from ..extras import available, note_no_plots
 from ..user_files import output_dir
-from . import analytic
+from . import analytic, no_harm
 from .capacity import Capacity, Runner, find_capacity
 from .routers import DEFAULT_BANDWIDTH_GB_S, FLEET_SPEC, Fleet, parse_fleet
 from .devices import DEVICES, serve_defaults
@@ -40,6 +40,10 @@ from .suite_report import plot, render
 
 LOADS = (0.5, 0.9, 1.0, 1.1, 1.3)
 DEFAULT_POLICY = FairschedConfig().policy
+DEFAULT_REVISION = 2
+"""What the default policy's name meant when a results file was written: 2 is the guard
+with its tail watch, LPRS and APC only with a fitted latency model; files without it ran
+revision 1, LPRS and APC on with the built-in model and no tail watch."""
 ARMS = tuple(dict.fromkeys((STOCK, "fcfs", DEFAULT_POLICY, "guarded-aging", "hrrn", "preflow",
                             "spf")))
 """Stock, the plugin's ``fcfs`` (stock's order through the plugin: the control), the
@@ -89,6 +93,15 @@ FULL = Plan(("azure-conv", "long-context", "sharegpt"), ("h100", "a100-80gb", "a
             sync_also=(("azure-conv", "h100", "qwen3-8b"),))
 """The quick suite's cells are the full suite's on the same requests: its figures are the
 full suite's for that group."""
+ORDERING_ONLY = f"{DEFAULT_POLICY}:tail_window=0"
+"""The default's order with its guard's slack fixed (no tail watch)."""
+NO_HARM = Plan(("azure-conv", "azure-code", "sharegpt", "long-context", "mooncake-conv",
+                "mooncake-conv-nocache", "chat-sessions", "agent"),
+               ("h100", "a100-80gb", "ascend910b"), ("qwen3-8b",), ("async",),
+               LOADS, (STOCK, DEFAULT_POLICY, ORDERING_ONLY, "spf"), 1500)
+"""The no-harm matrix: the default against stock on every packaged trace and scenario,
+the prefix cache on and off, on each device preset, from half load to 1.3x capacity;
+``no-harm.md`` gives a tick or a cross per bound per cell (``no_harm``)."""
 
 
 def group_settings(scenario: Scenario, device: str, model: AnalyticStepModel,
@@ -116,7 +129,9 @@ def run_metrics(requests: Sequence[dict[str, Any]], prefix_caching: bool = False
     TTFT spent queueing for the budget (arrival to the first step that schedules the
     request; the rest is the prefill's own steps). With ``prefix_caching``, also the
     prefix cache's hit rate: the share of the served prompts' tokens found cached when
-    each was admitted (an order that evicts more shows a lower one)."""
+    each was admitted (an order that evicts more shows a lower one). ``prefill_tokens``:
+    the prompt tokens the engine computed, recomputation after preemptions included
+    (what a prefix cache saved is not computed)."""
     done = [r for r in requests if r["error"] is None and r["finish_s"] is not None]
     ttft = np.array([r["first_token_s"] - r["arrival_s"] for r in done])
     queued = np.array([r["first_scheduled_s"] - r["arrival_s"] for r in done])
@@ -137,6 +152,7 @@ def run_metrics(requests: Sequence[dict[str, Any]], prefix_caching: bool = False
         "queued_p50": _r(np.percentile(queued, 50)), "queued_mean": _r(queued.mean()),
         "output_tps": _r(sum(r["output_tokens"] for r in done) / span),
         "tpot_p99": _r(np.percentile(tpot, 99)) if tpot else 0.0,
+        "prefill_tokens": sum(r.get("prefill_tokens", 0) for r in requests),
         "by_class": by_class,
         "ttft_percentiles": [_r(v) for v in np.percentile(ttft, np.arange(101))],
         **({"prefix_hit_rate": _r(sum(r["cached_tokens"] for r in done)
@@ -311,7 +327,8 @@ def _meta(out: Path) -> dict[str, Any]:
     except OSError:
         commit = None
     return {"command": " ".join(["fairsched", *sys.argv[1:]]), "vllm": vllm.__version__,
-            "commit": commit, "default_policy": DEFAULT_POLICY}
+            "commit": commit, "default_policy": DEFAULT_POLICY,
+            "default_revision": DEFAULT_REVISION}
 
 
 # -------------------------------------------------------------------------------- CLI
@@ -365,6 +382,11 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                             f"{QUICK.num_requests} requests, arms "
                             f"{','.join(QUICK.arms)} (about 4 minutes); default: the full "
                             "suite (19 groups, 665 runs: about 100 minutes on one core)")
+    suite.add_argument("--no-harm", action="store_true",
+                       help="the no-harm matrix: every packaged trace and scenario on the "
+                            "H100, A100 and 910B presets, arms stock, the default, its order "
+                            "without the tail watch and spf, 1,500 requests a cell (options "
+                            "given narrow it); writes no-harm.md beside suite.md")
     suite.add_argument("--scenarios", type=_names(list(SCENARIOS)),
                        help=f"subset of {','.join(SCENARIOS)} {_default(lambda p: p.scenarios)}")
     suite.add_argument("--devices", type=_names(list(DEVICES)),
@@ -401,7 +423,7 @@ def _default(field: Callable[[Plan], tuple[str, ...]]) -> str:
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
-    base = QUICK if args.quick else FULL
+    base = QUICK if args.quick else NO_HARM if args.no_harm else FULL
     arms = base.arms
     if args.arms:
         arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
@@ -441,6 +463,10 @@ def main(args: argparse.Namespace) -> int:
     results = json.loads(results_path.read_text())
     (args.out / "suite.md").write_text(render(results))
     print(f"results: {results_path}\ntable: {args.out / 'suite.md'}")
+    default = results["meta"]["default_policy"]
+    if any(c["arm"] == default for c in results["cells"]):
+        (args.out / "no-harm.md").write_text(no_harm.render(results, default))
+        print(f"no-harm check: {args.out / 'no-harm.md'}")
     if available("matplotlib"):
         plots = plot(results, args.out / "plots")
         print(f"plots: {len(plots)} in {args.out / 'plots'}")
