@@ -39,13 +39,13 @@ TAIL_SHARE = 0.05
 """The share of each window whose mean is the tail compared (the worst 5%)."""
 TOLERANCE = 0.02
 """How much longer than FCFS's the served tail may be before the gain is lowered."""
-MIN_BENEFIT = 0.10
+MIN_BENEFIT = 0.03
 """How much shorter than FCFS's the mean wait must be for reordering to be worth its risk."""
 PROBE_AFTER = 2
 """Judgements at gain 0 before the watch probes again."""
 MIN_GAIN = 0.125
 """A halved gain below this is 0: the guard's deadlines are FCFS starts."""
-RECOVERY = 0.25
+RECOVERY = 0.5
 """How much the gain recovers after a judgement that finds no harm."""
 
 

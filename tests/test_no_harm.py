@@ -1,0 +1,99 @@
+"""No harm: the bounds the no-harm matrix checks (``sim.no_harm``), worked out by hand, and
+the quick slice of the matrix CI runs: the Mooncake regression, where the default with
+LPRS and APC on the built-in latency model was worse than stock on every figure."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairsched_plugin.sim import no_harm
+from fairsched_plugin.sim.hardware import accelerator, model_config
+from fairsched_plugin.sim.scenarios import SCENARIOS
+from fairsched_plugin.sim.step_models import AnalyticStepModel
+from fairsched_plugin.sim.suite import group_settings, run_cell
+
+from sim_cases import REVISION_1_DEFAULT
+
+
+def _metrics(p50: float = 1.0, p99: float = 10.0, e2e: float = 20.0, tpot: float = 0.05,
+             tps: float = 1000.0, prefill: int = 100_000, long_p99: float = 12.0,
+             hit: float | None = None) -> dict:
+    metrics = {"ttft_p50": p50, "ttft_p99": p99, "e2e_mean": e2e, "tpot_p99": tpot,
+               "output_tps": tps, "prefill_tokens": prefill,
+               "by_class": {"short": {"n": 10, "p50": 0.1, "p99": 1.0},
+                            "long": {"n": 10, "p50": 2.0, "p99": long_p99}}}
+    if hit is not None:
+        metrics["prefix_hit_rate"] = hit
+    return metrics
+
+
+def _results(default: dict, stock: dict, spf: dict | None = None) -> dict:
+    group = {"scenario": "s", "device": "h100", "model": "m", "mode": "async"}
+    cells = [{**group, "load": 1.0, "arm": "stock", "metrics": stock},
+             {**group, "load": 1.0, "arm": "guarded-srpf", "metrics": default}]
+    if spf is not None:
+        cells.append({**group, "load": 1.0, "arm": "spf", "metrics": spf})
+    return {"plan": {"loads": [1.0]}, "groups": [group], "cells": cells,
+            "meta": {"command": "fairsched suite", "vllm": "0.32.0", "commit": "x",
+                     "default_policy": "guarded-srpf"}}
+
+
+def test_a_cell_within_every_bound_gets_every_tick():
+    results = _results(_metrics(p50=0.5, p99=10.2, long_p99=12.6, tps=990.0, prefill=101_000),
+                       _metrics(), spf=_metrics(p50=0.3, p99=30.0))
+    assert no_harm.failures(results, "guarded-srpf") == []
+    table = "\n".join(no_harm.no_harm_table(results, "guarded-srpf"))
+    assert "0.50 ✓" in table and "1.02 ✓" in table and "1.05 ✓" in table
+    assert "0.30 / 3.00" in table  # spf beside
+    assert "meets every bound in 1 of 1 cells" in table
+
+
+def test_each_bound_is_crossed_just_past_its_limit():
+    stock = _metrics(hit=0.40)
+    cases = {
+        "median TTFT": _metrics(p50=1.01, hit=0.40),
+        "P99 TTFT": _metrics(p99=10.3, long_p99=12.0, hit=0.40),
+        "worst class P99": _metrics(long_p99=12.7, hit=0.40),
+        "mean E2E": _metrics(e2e=20.1, hit=0.40),
+        "P99 TPOT": _metrics(tpot=0.0515, hit=0.40),
+        "throughput": _metrics(tps=989.0, hit=0.40),
+        "prefill computed": _metrics(prefill=101_100, hit=0.40),
+        "hit rate - stock's": _metrics(hit=0.385),
+    }
+    for name, cell in cases.items():
+        failed = no_harm.failures(_results(cell, stock), "guarded-srpf")
+        assert [f[2] for f in failed] == [name], name
+
+
+def test_a_figure_a_cell_did_not_measure_is_neither_ticked_nor_crossed():
+    results = _results(_metrics(), _metrics())  # no hit rate: the prefix cache was off
+    row = no_harm.no_harm_table(results, "guarded-srpf")[2]
+    assert row.endswith("| - | - |")
+
+
+@pytest.fixture(scope="module")
+def mooncake_regression() -> dict[str, dict]:
+    """The Mooncake regression at a size CI runs: the trace's first 300 requests with the
+    prefix cache off, at 1.07 req/s (stock's capacity on the first 1,500), H100, Qwen3-8B,
+    vLLM's H100 defaults, async."""
+    scenario = SCENARIOS["mooncake-conv-nocache"]
+    model = AnalyticStepModel(model_config("qwen3-8b"), accelerator("h100"), "h100")
+    settings = group_settings(scenario, "h100", model, "async")
+    case = scenario.build(300)
+    return {arm: run_cell(case, model, settings, arm, 1.07)
+            for arm in ("stock", "guarded-srpf", REVISION_1_DEFAULT)}
+
+
+@pytest.mark.parametrize("metric", ["ttft_p50", "ttft_p99", "e2e_mean"])
+def test_the_mooncake_regression_is_gone(mooncake_regression: dict[str, dict], metric: str):
+    stock = mooncake_regression["stock"][metric]
+    assert mooncake_regression["guarded-srpf"][metric] <= stock
+
+
+def test_the_mooncake_slice_still_shows_the_regression_it_guards(
+        mooncake_regression: dict[str, dict]):
+    """The slice can fail: the previous default (LPRS and APC on the built-in model) is
+    worse than stock on it."""
+    stock, before = mooncake_regression["stock"], mooncake_regression[REVISION_1_DEFAULT]
+    assert before["ttft_p99"] > stock["ttft_p99"] and before["e2e_mean"] > stock["e2e_mean"]
+    assert before["prefill_tokens"] > stock["prefill_tokens"]
