@@ -55,16 +55,17 @@ DEFAULT = FairschedConfig().policy
 ARMS = {
     "stock": (AsyncScheduler, {}),
     "fcfs": (FairScheduler, {"policy": "fcfs"}),
-    # The default: its guard counts every step's prefill work (StepMonitor); LPRS and APC
-    # are on, with the built-in latency model, which on this CPU fits from measured steps.
+    # The default: its guard counts every step's prefill work (StepMonitor) and watches
+    # its tail; LPRS and APC are off without a fitted latency model.
     "default": (FairScheduler, {"policy": DEFAULT}),
-    # The default with the built-in model's H100 preset: LPRS plans from the first step
-    # (the guard off: the fake steps' microseconds would otherwise make it fall back).
-    "default-h100": (FairScheduler, {"policy": DEFAULT, "lprs": {"guard_window": 0},
-                                     "predictor": {"model": "qwen3-8b", "device": "h100"}}),
-    # The guard alone, LPRS and APC off.
-    "guard-only": (FairScheduler, {"policy": DEFAULT, "lprs": {"enabled": False},
-                                   "apc": {"enabled": False}}),
+    # The default's order without the tail watch.
+    "no-watch": (FairScheduler, {"policy": DEFAULT, "guarded_srpf": {"tail_window": 0}}),
+    # LPRS and APC on the built-in model's H100 preset: LPRS plans from the first step
+    # (its guard off: the fake steps' microseconds would otherwise make it fall back).
+    "lprs-apc-h100": (FairScheduler, {"policy": DEFAULT,
+                                      "lprs": {"enabled": True, "guard_window": 0},
+                                      "apc": {"enabled": True},
+                                      "predictor": {"model": "qwen3-8b", "device": "h100"}}),
     "guarded-aging": (FairScheduler, {"policy": "guarded-aging"}),
     "aging": (FairScheduler, {"policy": "aging", "aging": {"alpha": 37.5}}),
     # The automatic alpha also times every step to measure prefill speed.

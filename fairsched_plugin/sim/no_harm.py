@@ -98,7 +98,7 @@ def no_harm_table(results: dict[str, Any], arm: str) -> list[str]:
                     continue
                 holds = bound.holds(value)
                 ok &= holds
-                marks.append(f"{value:.2f} {'✓' if holds else '✗'}")
+                marks.append(f"{_figure(value, bound)} {'✓' if holds else '✗'}")
             limit = _cell(results, key, load, LIMIT)
             spf = ("-" if limit is None else
                    " / ".join(f"{ratio(limit, base, m) or 0:.2f}"
@@ -108,6 +108,16 @@ def no_harm_table(results: dict[str, Any], arm: str) -> list[str]:
             total += 1
     lines += ["", f"`{arm}` meets every bound in {passed} of {total} cells."]
     return lines
+
+
+def _figure(value: float, bound: Bound) -> str:
+    """Two decimals, or as many more (up to four) as it takes not to show the limit
+    itself for a figure that is not the limit."""
+    for digits in (2, 3, 4):
+        text = f"{value:.{digits}f}"
+        if value == bound.limit or text != f"{bound.limit:.{digits}f}":
+            return text
+    return text
 
 
 def render(results: dict[str, Any], arm: str) -> str:
