@@ -111,11 +111,11 @@ def no_harm_table(results: dict[str, Any], arm: str) -> list[str]:
 
 
 def _figure(value: float, bound: Bound) -> str:
-    """Two decimals, or as many more (up to four) as it takes not to show the limit
-    itself for a figure that is not the limit."""
+    """Two decimals; a figure outside the bound with as many more (up to four) as it
+    takes not to read as the limit itself."""
     for digits in (2, 3, 4):
         text = f"{value:.{digits}f}"
-        if value == bound.limit or text != f"{bound.limit:.{digits}f}":
+        if bound.holds(value) or text != f"{bound.limit:.{digits}f}":
             return text
     return text
 
