@@ -4,6 +4,10 @@ LPRS and APC on the built-in latency model was worse than stock on every figure.
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 
 from fairsched_plugin.sim import no_harm
@@ -97,3 +101,29 @@ def test_the_mooncake_slice_still_shows_the_regression_it_guards(
     stock, before = mooncake_regression["stock"], mooncake_regression[REVISION_1_DEFAULT]
     assert before["ttft_p99"] > stock["ttft_p99"] and before["e2e_mean"] > stock["e2e_mean"]
     assert before["prefill_tokens"] > stock["prefill_tokens"]
+
+
+NO_HARM = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "2026-12-07-no-harm"
+
+
+@pytest.mark.parametrize("folder", ["h100-traces", "h100-sharegpt", "h100-long-context",
+                                    "h100-sessions"])
+def test_the_committed_no_harm_tables_render_from_their_results(tmp_path: Path, folder: str):
+    from fairsched_plugin.cli import main
+
+    shutil.copy(NO_HARM / folder / "results.json", tmp_path / "results.json")
+    assert main(["suite", "--render", "--out", str(tmp_path)]) == 0
+    for page in ("suite.md", "no-harm.md"):
+        assert (tmp_path / page).read_text() == (NO_HARM / folder / page).read_text(), page
+
+
+def test_a_committed_no_harm_cell_reproduces_exactly():
+    """The default at 1.3x on the conversation trace: where its watch raised the gain."""
+    results = json.loads((NO_HARM / "h100-traces" / "results.json").read_text())
+    scenario = SCENARIOS["azure-conv"]
+    model = AnalyticStepModel(model_config("qwen3-8b"), accelerator("h100"), "h100")
+    settings = group_settings(scenario, "h100", model, "async")
+    cell = next(c for c in results["cells"] if c["scenario"] == "azure-conv"
+                and c["load"] == 1.3 and c["arm"] == results["meta"]["default_policy"])
+    case = scenario.build(results["plan"]["num_requests"])
+    assert run_cell(case, model, settings, cell["arm"], cell["rate"]) == cell["metrics"]
