@@ -25,7 +25,8 @@ BUDGET = 256
 # the engine, which these scenarios are too short for.
 AGING = {"fairsched": {"policy": "aging", "aging": {"alpha": 37.5}}}
 FCFS = {"fairsched": {"policy": "fcfs"}}
-GUARDED_SRPF = {"fairsched": {"policy": "guarded-srpf", "guarded_srpf": {"slack": 1.0}}}
+GUARDED_SRPF = {"fairsched": {"policy": "guarded-srpf",
+                              "guarded_srpf": {"slack": 1.0, "tail_window": 0}}}
 AGING_DECODES_FIRST = {"fairsched": {**AGING["fairsched"], "decodes_first": True}}
 
 
@@ -382,7 +383,8 @@ def _guarded_engine(model_dir, slack: float, window_s: float = 0.0,
                     size_allowance: float = 0.0) -> OfflineEngine:
     config = {"fairsched": {"policy": "guarded-srpf",
                             "guarded_srpf": {"slack": slack, "window_s": window_s,
-                                             "size_allowance": size_allowance}}}
+                                             "size_allowance": size_allowance,
+                                             "tail_window": 0}}}
     return _engine(model_dir, config=config, max_num_batched_tokens=64)
 
 

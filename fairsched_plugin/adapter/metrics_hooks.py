@@ -78,10 +78,15 @@ class MetricsHooks:
         return out
 
     def _metrics_on_arrival(self, request: Request) -> None:
+        # A request given its deadline at gain 0 is due at once, to go in arrival order:
+        # that deadline orders, it promises nothing to count as overdue.
+        watch = self._tail_watch
+        promised = watch is None or watch.gain > 0
         try:
             self._metrics.on_arrival(
                 request.request_id, request.arrival_time, request.num_prompt_tokens,
-                request.priority, self._deadlines.get(request.request_id))
+                request.priority,
+                self._deadlines.get(request.request_id) if promised else None)
         except Exception:
             self._degrade("the metrics")
 

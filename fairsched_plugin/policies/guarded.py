@@ -19,7 +19,8 @@ becomes *due*: the guard's cutoff moves up to it, and due requests outrank every
 that is not, earliest deadline first. A new request joins the end of the EDF order with a
 deadline at least its FCFS start (slack >= 1 makes every deadline feasible when set), so
 no request starts later than its deadline plus one step's prefill, counted in served
-work, unless a preemption puts recomputed work ahead of it. Without the check the guard
+work, unless a preemption puts recomputed work ahead of it. (With the tail watch at gain
+0 a new request is due at once instead, so requests go in arrival order: ``tail_watch``.) Without the check the guard
 only reacted once the served work had passed a deadline, and then many requests could be
 overdue together and wait behind each other.
 

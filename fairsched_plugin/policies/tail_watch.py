@@ -44,9 +44,9 @@ MIN_BENEFIT = 0.03
 PROBE_AFTER = 2
 """Judgements at gain 0 before the watch probes again."""
 MIN_GAIN = 0.125
-"""A halved gain below this is 0: the guard's deadlines are FCFS starts."""
+"""A halved gain below this is 0: new requests are due at once, in arrival order."""
 RECOVERY = 0.5
-"""How much the gain recovers after a judgement that finds no harm."""
+"""How much a judgement that finds a gain and no harm raises the gain; also a probe's."""
 
 
 class TailWatch:
