@@ -22,8 +22,9 @@ The producer runs with chunked prefill off (``--no-enable-chunked-prefill``, a b
 first schedules it, covering only the blocks allocated by then. A prompt prefilled in
 chunks leaves a short file, and the consumer's load of it fails a shape check and kills
 the consumer's engine (``inject_kv_into_layer`` in ``example_connector.py``), on any
-device. The plugin runs its whole default there: with chunked prefill off it turns LPRS,
-APC and chunk alignment off (they size prefill chunks, and a split prompt would kill the
+device. The plugin runs its default there with LPRS and APC asked for (as a fitted
+latency model turns them on): with chunked prefill off it turns LPRS, APC and chunk
+alignment off (they size prefill chunks, and a split prompt would kill the
 consumer), which its start-up log says. The file sizes below check that no prompt was
 split.
 """
@@ -69,7 +70,12 @@ COMMON_ARGS = ["--max-model-len", str(MAX_LEN), "--max-num-seqs", "8", "--dtype"
                "--enable-prompt-tokens-details", *EAGER]
 PRODUCER_ARGS = COMMON_ARGS + ["--max-num-batched-tokens", str(MAX_LEN),
                                "--no-enable-chunked-prefill",
-                               "--scheduler-cls", "fairsched_plugin.FairScheduler"]
+                               "--scheduler-cls", "fairsched_plugin.FairScheduler",
+                               # LPRS and APC asked for, as with a fitted latency model:
+                               # with chunked prefill off they must stay off.
+                               "--additional-config",
+                               '{"fairsched": {"lprs": {"enabled": true}, '
+                               '"apc": {"enabled": true}}}']
 CONSUMER_ARGS = COMMON_ARGS + ["--max-num-batched-tokens", "256"]
 
 PROMPT_LENGTHS = [40, 70, 100, 150, 200, 260, 330, 400, 500, 600, 750, 900]

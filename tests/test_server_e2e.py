@@ -64,8 +64,8 @@ def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path
         r"fairsched: scheduler Fair(Sync)?Scheduler active with policy "
         r"guarded-srpf\(shortest remaining prefill first; "
         r"due after slack=1.5 x the FCFS backlog \+ 1 x its own prefill, passed only "
-        r"while EDF stays feasible\), LPRS \(target: the predicted time of a 256-token "
-        r"prefill step, not predicted yet\), APC \(at most 8 prefills\)",
+        r"while EDF stays feasible; stepped back towards arrival order while the TTFT tail "
+        r"of the last 200 requests is longer than FCFS's\) \(vLLM",
         log,
     )
     assert "is the async variant" not in log
@@ -73,7 +73,8 @@ def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path
 
 def test_environment_alone_switches_it_on(tiny_model: Path, tmp_path: Path):
     env = {"FAIRSCHED_POLICY": "aging", "FAIRSCHED_AGING_ALPHA": "150",
-           "FAIRSCHED_DECODE_SHARE": "0.3", "FAIRSCHED_DECODE_SHARE_MAX_TPOT_MS": "150"}
+           "FAIRSCHED_DECODE_SHARE": "0.3", "FAIRSCHED_DECODE_SHARE_MAX_TPOT_MS": "150",
+           "FAIRSCHED_LPRS_ENABLED": "true", "FAIRSCHED_APC_ENABLED": "true"}
     with running_server(str(tiny_model), tmp_path / "server.log", ENGINE_ARGS, env=env) as server:
         _assert_streamed(_query_all(server))
         log = server.log_text()

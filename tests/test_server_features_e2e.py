@@ -365,7 +365,7 @@ def policy_config(family: str, predictor: Path) -> Mapping[str, Any]:
 # Data parallel 2 runs on the CPU build (two engine cores, each with its own scheduler);
 # it costs about a minute more per server on 2 cores, so one family runs with it.
 DATA_PARALLEL = {"default": 2}
-"""The default policy (its built-in LPRS and APC included) on vLLM's data-parallel server:
+"""The default policy (the guard and its tail watch) on vLLM's data-parallel server:
 two engine cores behind vLLM's own load balancer, each running the plugin."""
 
 
