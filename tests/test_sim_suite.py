@@ -144,6 +144,11 @@ def test_capacity_and_simulate_take_a_trace(tmp_path: Path,
     config = json.loads((tmp_path / "sim" / "config.json").read_text())
     assert config["engine"]["async_scheduling"] is True
     assert config["workload"] == f"trace {trace}"
+    # Without preemption or a prefix cache, every arm computes each prompt token once.
+    prompts = sum(40 + (i * 37) % 300 for i in range(120))
+    assert {arm: work["prefill_tokens"] for arm, work in config["prefill_work"].items()} == {
+        "stock": prompts, "guarded-aging": prompts}
+    assert "| stock | " + f"{prompts:,} | 1.000 | 0.0% |" in capsys.readouterr().out
 
 
 PREFIX_RESULTS = RESULTS.parent / "2026-12-06-prefix-cache"

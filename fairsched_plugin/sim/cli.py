@@ -220,7 +220,7 @@ def main(args: argparse.Namespace) -> int:
     (args.out / "config.json").write_text(json.dumps(config, indent=2))
     report = write_report(args.out, runs, config=config, target_ms=args.target_ms)
     print(render_markdown(analyse_runs(runs), main_only=True))
-    print(prefill_work_lines(config["prefill_work"]))
+    print("\n" + prefill_work_lines(config["prefill_work"]))
     if fleet is not None:
         print(fleet_balance_lines(runs))
     print(f"simulated in {elapsed:.1f} s; report: {report}")
