@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -57,7 +58,12 @@ def test_scheduler_cls_serves_with_the_default_policy(tiny_model: Path, tmp_path
     ]
     with running_server(str(tiny_model), tmp_path / "server.log", args) as server:
         _assert_streamed(_query_all(server))
+        metrics = urllib.request.urlopen(server.base_url + "/metrics", timeout=30).read().decode()
         log = server.log_text()
+    # The guard's tail watch: fewer requests than its first judgement needs, so it still
+    # serves them in arrival order (gain 0) and has not stepped back.
+    assert re.search(r"^fairsched:guard_gain\{[^}]*\} 0\.0$", metrics, re.M), metrics[-2000:]
+    assert re.search(r"^fairsched:guard_step_backs_total\{[^}]*\} 0\.0$", metrics, re.M)
     # The CPU executor runs vLLM without async scheduling, so FairScheduler builds its
     # sync variant; on a GPU the same name stays async.
     assert re.search(
