@@ -56,13 +56,13 @@ CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
     "aging+align": ("aging", {"FAIRSCHED_LPRS_ALIGN": "on", **_ORDER_ONLY}),
 }
 """Name in differences.toml -> (policy, further FAIRSCHED_* settings). ``guarded-srpf`` is
-the shipped default as an operator gets it, LPRS and APC on with the built-in latency
-model; ``aging`` is the order alone, with vLLM's own chunks (LPRS and APC off), and
+the shipped default as an operator gets it: the guard with its tail watch (arrival order
+until its first judgement), LPRS and APC off without a fitted latency model; ``aging`` is the order alone, with vLLM's own chunks (LPRS and APC off), and
 ``aging+align`` its chunk ends aligned to the KV block (Ascend's default)."""
 POLICIES = tuple(CONFIGS)
 EVERY_RELEASE = ("fcfs", "guarded-srpf")
-"""The control and the default run on every release (the default through the plan, LPRS
-and APC); the other two on the newest only (each run costs about a minute of CI)."""
+"""The control and the default run on every release; the other two on the newest only
+(each run costs about a minute of CI)."""
 RUNS = [(version, policy) for version in UPSTREAM_VERSIONS for policy in POLICIES
         if policy in EVERY_RELEASE or version == UPSTREAM_VERSIONS[-1]]
 """(release, configuration) pairs run."""
