@@ -36,10 +36,9 @@ from ..policies.slack_tree import SlackTree
 _DEAD = None
 
 # Heap entries are flat lists: ``[*key, seq, request]`` in the key heap and
-# ``[deadline, arrival, request_id, seq, request]`` in the overdue lane. Flat, a
-# comparison meets the deciding float at once (a nested key tuple costs three more rich
-# comparisons), which halves the cost of a pop; a list, so an abort can mark its request
-# dead in place.
+# ``[deadline, seq, request]`` in the overdue lane. Flat, a comparison meets the deciding
+# float at once (a nested key tuple costs three more rich comparisons), which halves the
+# cost of a pop; a list, so an abort can mark its request dead in place.
 _SEQ, _REQUEST = -2, -1
 
 
@@ -121,9 +120,7 @@ class PolicyRequestQueue(_ReenterByKey):
         timed = None
         if self._overdue_heap is not None:
             assert self._deadline is not None
-            # Equal deadlines go by arrival, then id: the due lane's order (``ranker``).
-            timed = [self._deadline(snapshot), request.arrival_time, request.request_id,
-                     seq, request]
+            timed = [self._deadline(snapshot), seq, request]
             heapq.heappush(self._overdue_heap, timed)
         work = self._work(snapshot) if self._work is not None else 0
         self.work += work
@@ -294,14 +291,6 @@ class PolicyRequestQueue(_ReenterByKey):
             return math.inf
         self._clean_top(lane)
         return lane[0][0] if lane else math.inf
-
-    def earliest_deadline_request(self) -> Request | None:
-        """The waiting request the overdue lane serves first (None when empty)."""
-        lane = self._overdue_heap
-        if lane is None:
-            return None
-        self._clean_top(lane)
-        return lane[0][_REQUEST] if lane else None
 
     def rekey(self) -> None:
         """Take every waiting request's key again, from its snapshot (the policy's

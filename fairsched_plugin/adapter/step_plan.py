@@ -186,15 +186,7 @@ class StepPlanning:
         if earliest > cutoff:
             return True
         own = self._deadline(prefill)
-        if own > cutoff or own > earliest:
-            return False
-        if own < earliest:
-            return True
-        # Equal deadlines (requests given theirs at the tail watch's gain 0 share one):
-        # the due lane's tie-break, arrival then id, as the full check's rank has it.
-        head = waiting.earliest_deadline_request()
-        return head is not None and (
-            (prefill.arrival_time, prefill.request_id) < (head.arrival_time, head.request_id))
+        return own <= cutoff and own < earliest
 
     def _defers_prefills(self, throttle_prefills: bool) -> bool:
         """vLLM's data-parallel prefill balancing: on a throttled step that is not
