@@ -20,9 +20,9 @@ that is not, earliest deadline first. A new request joins the end of the EDF ord
 deadline at least its FCFS start (slack >= 1 makes every deadline feasible when set), so
 no request starts later than its deadline plus one step's prefill, counted in served
 work, unless a preemption puts recomputed work ahead of it. (With the tail watch at gain
-0 a new request is due at once instead, so requests go in arrival order: ``tail_watch``.) Without the check the guard
-only reacted once the served work had passed a deadline, and then many requests could be
-overdue together and wait behind each other.
+0 a new request is due at once instead, so requests go in arrival order: ``tail_watch``.)
+Without the check the guard only reacted once the served work had passed a deadline, and
+then many requests could be overdue together and wait behind each other.
 
 Why work and not time: the same deadline in seconds needs the prefill rate, and that rate
 is not the one FCFS would have had. Serving short prompts first grows the decode batch,
@@ -104,12 +104,12 @@ class FcfsGuard:
                  request_id: str | None = None, now: float = 0.0) -> float:
         """A new request's deadline; with its ``request_id``, its place in the EDF order
         (and, with the tail watch, the start of its watch at ``now``)."""
-        ahead = max(backlog_tokens, self.recent_backlog.value)
-        earning = ahead
-        if self.persisting_backlog is not None:
-            earning = min(backlog_tokens, self.persisting_backlog.value)
         gain = self.gain
         if gain > 0:
+            ahead = max(backlog_tokens, self.recent_backlog.value)
+            earning = ahead
+            if self.persisting_backlog is not None:
+                earning = min(backlog_tokens, self.persisting_backlog.value)
             deadline = max(self.served + ahead + gain * (self.slack - 1.0) * earning
                            + gain * self.size_allowance * own_tokens, self._last_deadline)
         else:

@@ -255,15 +255,15 @@ def prefill_work(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, f
     """Per arm, over its runs: the prompt tokens the engine computed (recomputation after
     preemptions included) and the share of the served prompts' tokens the prefix cache
     held when each was admitted."""
+    from .suite import prefix_hit_rate
+
     out = {}
     for arm, arm_runs in runs.items():
         done = [r for run in arm_runs for r in run["requests"] if r["error"] is None]
-        prompt = sum(r["prompt_tokens"] for r in done)
         out[arm] = {
             "prefill_tokens": sum(r.get("prefill_tokens", 0) for run in arm_runs
                                   for r in run["requests"]),
-            "prefix_hit_rate": round(sum(r["cached_tokens"] or 0 for r in done) / prompt, 6)
-            if prompt else 0.0,
+            "prefix_hit_rate": round(prefix_hit_rate(done), 6),
         }
     return out
 

@@ -164,10 +164,15 @@ def run_metrics(requests: Sequence[dict[str, Any]], prefix_caching: bool = False
         "prefill_tokens": sum(r.get("prefill_tokens", 0) for r in requests),
         "by_class": by_class,
         "ttft_percentiles": [_r(v) for v in np.percentile(ttft, np.arange(101))],
-        **({"prefix_hit_rate": _r(sum(r["cached_tokens"] for r in done)
-                                  / sum(r["prompt_tokens"] for r in done))}
-           if prefix_caching else {}),
+        **({"prefix_hit_rate": _r(prefix_hit_rate(done))} if prefix_caching else {}),
     }
+
+
+def prefix_hit_rate(done: Sequence[dict[str, Any]]) -> float:
+    """The share of the served prompts' tokens the prefix cache held when each was
+    admitted."""
+    prompt = sum(r["prompt_tokens"] for r in done)
+    return sum(r["cached_tokens"] or 0 for r in done) / prompt if prompt else 0.0
 
 
 def _r(value: float) -> float:
