@@ -181,8 +181,14 @@ KEYS: tuple[_Key, ...] = (
          "through the last persist_s seconds; 0: to the whole backlog)", _non_negative),
     _Key("guarded_srpf.tail_window", int,
          "0 (off) or an integer >= 8: requests over which the guard compares its TTFT "
-         "tail with FCFS's estimate and steps back towards arrival order while it is longer",
+         "and TPOT tails with FCFS's estimates and steps back towards arrival order while "
+         "either is longer",
          lambda v: v == 0 or v >= 8, see="docs/policies.md#the-guard-watches-its-own-tail"),
+    _Key("guarded_srpf.overtake_running", bool,
+         "true or false (a waiting request that ranks first may take budget from a prefill "
+         "already running; false: running prefills keep the budget vLLM's loop gives them, "
+         "and the order decides which waiting request starts next)",
+         see="docs/policies.md#a-running-prefill-keeps-its-budget"),
     _Key("guarded_aging.slack", float, "a finite number > 0 (as guarded_srpf.slack)",
          _positive),
     _Key("guarded_aging.window_s", float, "a finite number >= 0 (as guarded_srpf.window_s)",

@@ -37,8 +37,13 @@ class GuardedSRPFConfig:
     size_allowance: float = 1.0
     persist_s: float = 0.0
     tail_window: int = 200
-    """Requests over which the guard compares its TTFT tail with FCFS's and steps back
-    towards arrival order when it is longer (``policies.tail_watch``); 0: no watch."""
+    """Requests over which the guard compares its TTFT and TPOT tails with FCFS's and
+    steps back towards arrival order when either is longer (``policies.tail_watch``); 0:
+    no watch."""
+    overtake_running: bool = False
+    """Whether a waiting request may take budget from a running prefill it ranks ahead of.
+    Off, a prefill once started finishes at stock vLLM's pace, so a long prompt is not
+    slowed by the short ones arriving during its prefill (``OrderingPolicy.running_first``)."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from typing import Any
 from fairsched_plugin.bench.pairs import request_class
 from fairsched_plugin.bench.case_files import WorkloadRequest
 
-REVISION_1_DEFAULT = "guarded-srpf:lprs.enabled=true:apc.enabled=true:tail_window=0"
+REVISION_1_DEFAULT = ("guarded-srpf:lprs.enabled=true:apc.enabled=true:tail_window=0"
+                      ":overtake_running=true")
 """The default as results files without a ``default_revision`` ran it."""
 
 

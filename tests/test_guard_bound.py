@@ -160,7 +160,7 @@ def test_no_request_starts_later_than_its_deadline_plus_one_step(config_only_mod
         engine = scheduler_engine(
             config_only_model, {"policy": "guarded-srpf",
                                 "guarded_srpf": {"slack": slack, "size_allowance": 1.0,
-                                                 "tail_window": 0}},
+                                                 "tail_window": 0, "overtake_running": True}},
             cls, budget=BUDGET, max_num_seqs=8, num_blocks=blocks, scheduling_policy=policy)
         oracle = Oracle(engine.scheduler, 1, top_level_only=policy == "priority")
         trace = _trace(seed, 120, priorities, 400 if case == "preemption" else 30)
@@ -181,7 +181,7 @@ def test_without_the_feasibility_check_requests_start_late(config_only_model, mo
         engine = scheduler_engine(
             config_only_model, {"policy": "guarded-srpf",
                                 "guarded_srpf": {"slack": 1.0, "size_allowance": 1.0,
-                                                 "tail_window": 0}},
+                                                 "tail_window": 0, "overtake_running": True}},
             FairSyncScheduler, budget=BUDGET, max_num_seqs=8, num_blocks=4000)
         oracle = Oracle(engine.scheduler, 1)
         _replay(engine, _trace(seed, 120, False), oracle, 0, seed)

@@ -24,7 +24,7 @@ DEFAULT = FairschedConfig().policy
 def test_the_guards_order_lets_short_prompts_pass_a_long_one_from_the_first_step(
         config_only_model, case, async_scheduling):
     stock = statistics.mean(short_delays("stock", case, config_only_model, async_scheduling))
-    guarded = statistics.mean(short_delays(f"{DEFAULT}:tail_window=0", case,
+    guarded = statistics.mean(short_delays(f"{DEFAULT}:tail_window=0:overtake_running=true", case,
                                            config_only_model, async_scheduling))
     assert stock >= 4  # the long prompt's 3,000 tokens take six 512-token steps
     assert guarded <= stock / 2
@@ -36,7 +36,7 @@ def test_the_default_starts_in_arrival_order_as_stock(config_only_model, case):
             == short_delays("stock", case, config_only_model))
 
 
-@pytest.mark.parametrize("arm", ["aging:alpha=37.5", "guarded-srpf:tail_window=0", "hrrn"])
+@pytest.mark.parametrize("arm", ["aging:alpha=37.5", "guarded-srpf:tail_window=0:overtake_running=true", "hrrn"])
 def test_every_size_aware_order_passes_the_long_prompt(config_only_model, arm):
     """The paper's Aging with its own alpha, and the documented alternatives."""
     stock = statistics.mean(short_delays("stock", Case(), config_only_model))

@@ -109,7 +109,7 @@ def _run(engine, clock, steps=10_000):
 def test_every_request_is_counted_once_with_the_clock_s_wait(config_only_model, tmp_path):
     clock = Clock()
     # The guard's order from the first request (the tail watch would start in arrival order).
-    engine = _engine(config_only_model, tmp_path, clock, guarded_srpf={"tail_window": 0})
+    engine = _engine(config_only_model, tmp_path, clock, guarded_srpf={"tail_window": 0, "overtake_running": True})
     document = _snapshot(engine, tmp_path)  # written at start-up, before any traffic
     assert document["queue_wait"] == [] and document["reordered"] == 0
     assert document["policy"]["name"] == "guarded-srpf"
@@ -158,7 +158,7 @@ def test_requests_past_their_deadline_are_overdue(config_only_model, tmp_path):
     that arrives after its first step and is not admitted in its arrival step is late."""
     clock = Clock()
     engine = _engine(config_only_model, tmp_path, clock,
-                     guarded_srpf={"slack": 0.01, "size_allowance": 0, "tail_window": 0})
+                     guarded_srpf={"slack": 0.01, "size_allowance": 0, "tail_window": 0, "overtake_running": True})
     engine.add([make_request("long", 3000, 4, clock.now)])
     engine.step()
     clock.now += 0.01

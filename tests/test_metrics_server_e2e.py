@@ -80,7 +80,7 @@ def test_metrics_count_what_the_server_did(tiny_model: Path, tmp_path: Path):
     config = {"fairsched": {
         # The guard's own order from the first request: a tail watch would start in arrival
         # order, whose requests carry no deadline to be late for.
-        "guarded_srpf": {"slack": 0.01, "size_allowance": 0, "tail_window": 0},
+        "guarded_srpf": {"slack": 0.01, "size_allowance": 0, "tail_window": 0, "overtake_running": True},
         "trace_path": "/dev/full",
         "metrics": {"live_view": True, "interval_s": 0.2, "dir": str(tmp_path / "metrics")},
     }}

@@ -26,7 +26,7 @@ BUDGET = 256
 AGING = {"fairsched": {"policy": "aging", "aging": {"alpha": 37.5}}}
 FCFS = {"fairsched": {"policy": "fcfs"}}
 GUARDED_SRPF = {"fairsched": {"policy": "guarded-srpf",
-                              "guarded_srpf": {"slack": 1.0, "tail_window": 0}}}
+                              "guarded_srpf": {"slack": 1.0, "tail_window": 0, "overtake_running": True}}}
 AGING_DECODES_FIRST = {"fairsched": {**AGING["fairsched"], "decodes_first": True}}
 
 
@@ -384,7 +384,7 @@ def _guarded_engine(model_dir, slack: float, window_s: float = 0.0,
     config = {"fairsched": {"policy": "guarded-srpf",
                             "guarded_srpf": {"slack": slack, "window_s": window_s,
                                              "size_allowance": size_allowance,
-                                             "tail_window": 0}}}
+                                             "tail_window": 0, "overtake_running": True}}}
     return _engine(model_dir, config=config, max_num_batched_tokens=64)
 
 

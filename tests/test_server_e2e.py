@@ -117,3 +117,36 @@ def test_bad_config_stops_start_up(tiny_model: Path, tmp_path: Path, extra_args,
     assert message in log
     # Stopped by the launch check in the API server, before an engine core started.
     assert "EngineCore" not in log and "load model" not in log.lower()
+
+
+def _closed_loop_client(server, prompt: str, requests: int, tag: str) -> list[float]:
+    """``requests`` completions of one output token, each sent when the last has
+    answered; the first block of each prompt differs, so the prefix cache finds nothing."""
+    return [stream_completion(server.base_url, server.model, f"{tag} {i}. {prompt}", 1).ttft_s
+            for i in range(requests)]
+
+
+def test_the_default_steps_back_on_a_real_server_when_its_order_harms_the_tail(
+        tiny_model: Path, tmp_path: Path):
+    # Two clients send long prompts and four send short ones, each waiting for its answer
+    # before the next. Once the watch lets short prompts ahead, every long prompt waits
+    # behind the short ones that arrive during its prefill, up to its deadline: longer
+    # than FCFS would have kept it, so the tail is harmed and the guard steps back.
+    config = {"fairsched": {"guarded_srpf": {"tail_window": 8}}}
+    args = ENGINE_ARGS + ["--scheduler-cls", "fairsched_plugin.FairScheduler",
+                          "--additional-config", json.dumps(config)]
+    long_prompt = "The history of the heap data structure. " * 170
+    short_prompt = "Explain chunked prefill in one paragraph. " * 6
+    clients = [(long_prompt, 10, f"long{c}") for c in range(2)] + [
+        (short_prompt, 40, f"short{c}") for c in range(4)]
+    with running_server(str(tiny_model), tmp_path / "server.log", args) as server:
+        with ThreadPoolExecutor(max_workers=len(clients)) as pool:
+            waits = list(pool.map(lambda spec: _closed_loop_client(server, *spec), clients))
+        metrics = urllib.request.urlopen(server.base_url + "/metrics", timeout=30).read().decode()
+        log = server.log_text()
+    assert all(len(w) == n for w, (_, n, _) in zip(waits, clients))
+    step_backs = re.search(r"^fairsched:guard_step_backs_total\{[^}]*\} (\S+)$", metrics, re.M)
+    assert step_backs and float(step_backs.group(1)) >= 1, metrics[-3000:]
+    assert "so the guard steps back towards arrival order" in log
+    gain = re.search(r"^fairsched:guard_gain\{[^}]*\} (\S+)$", metrics, re.M)
+    assert gain and 0 <= float(gain.group(1)) <= 1

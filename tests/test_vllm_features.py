@@ -388,7 +388,7 @@ def test_an_extended_streaming_session_is_queued_as_what_it_became(config_only_m
     (one token left), work and deadline (overdue at once), a long chunk would go before
     every shorter request."""
     engine = _engine(config_only_model,
-                     {"policy": "guarded-srpf", "guarded_srpf": {"tail_window": 0}}, cls)
+                     {"policy": "guarded-srpf", "guarded_srpf": {"tail_window": 0, "overtake_running": True}}, cls)
     scheduler = engine.scheduler
     if not scheduler.fairsched_surface.has_streaming_sessions:
         pytest.skip("this vLLM has no streaming-input sessions")

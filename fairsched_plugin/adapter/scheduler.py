@@ -157,7 +157,8 @@ class FairSchedulingMixin(StepTrace, MetricsHooks, HeldRequests, StepPlanning, R
         if self._chunk_rule is not None:
             self._chunk_rule.forget(request.request_id)
         if self._deadlines.pop(request.request_id, None) is not None:
-            self.fairsched_policy.forget_request(request.request_id)
+            self.fairsched_policy.forget_request(request.request_id,
+                                                 request.num_output_tokens)
         self._cached_prefix.pop(request.request_id, None)
         self._decode_start.pop(request.request_id, None)
         freed = super()._free_request(request, *args, **kwargs)
@@ -218,6 +219,11 @@ class FairSchedulingMixin(StepTrace, MetricsHooks, HeldRequests, StepPlanning, R
         # Its blocks go back to the cache, mostly still holding its prefix: look again
         # when it re-enters the waiting queue (inside vLLM's preemption).
         self._cached_prefix.pop(request.request_id, None)
+        if self.fairsched_policy.running_first and request.request_id in self._deadlines:
+            # vLLM puts a preempted request back at the front of its waiting queue: it
+            # resumes before every waiting request, the last preempted first.
+            self._preemptions += 1
+            self._deadlines[request.request_id] = -float(self._preemptions)
         return super()._preempt_request(request, *args, **kwargs)
 
     def _backlog(self) -> int:

@@ -105,6 +105,7 @@ class SchedulerStartUp(VllmCompat):  # type: ignore[misc,valid-type]
         guard = policy.admission_guard
         self._tail_watch = guard.watch if guard is not None else None
         self._step_backs_logged = 0
+        self._preemptions = 0
         self._cached_prefix: dict[str, int] = {}
         self._failures: dict[str, int] = {}
         self._by_priority = self.policy == SchedulingPolicy.PRIORITY

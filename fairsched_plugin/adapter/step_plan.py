@@ -112,11 +112,13 @@ class StepPlanning:
         admits a waiting request first only when it ranks strictly better). This is the
         common light step: one partial prefill behind the decodes, the queue's head
         ranked after it; the check costs a look at that head instead of the whole plan,
-        and while :meth:`_still_ahead` vouches for its last answer, nothing.
+        and while :meth:`_still_ahead` vouches for its last answer, nothing. Under a
+        policy whose running prefills come first, the prefills' own order is enough.
         ``views`` gets the views the check builds; ``state`` is vLLM's pause state."""
         if self._ahead is not None and self._still_ahead(prefills, state):
             return True
-        rank = step_rank(self.fairsched_policy, self._now, self._by_priority)
+        policy = self.fairsched_policy
+        rank = step_rank(policy, self._now, self._by_priority)
         for request in prefills:
             if request.request_id not in views:
                 views[request.request_id] = self._view(request)
@@ -127,6 +129,8 @@ class StepPlanning:
             if any(later < earlier for earlier, later in zip(ranks, ranks[1:])):
                 return False
             last = ranks[-1]
+        if policy.running_first:
+            return True
         head, passed_over = self._first_waiting_rank(rank, state)
         holds = head is None or head > last
         self._ahead = (self._ahead_of_queue(prefills, state)

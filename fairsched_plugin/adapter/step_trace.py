@@ -70,10 +70,11 @@ class StepTrace:
         (``fairsched:guard_step_backs``)."""
         if self._step_backs_logged == 0:
             logger.warning(
-                "fairsched: the TTFT tail of the last requests was %.2fx FCFS's estimate on "
+                "fairsched: the %s tail of the last requests was %.2fx FCFS's estimate on "
                 "this engine, so the guard steps back towards arrival order (gain %.2f); "
                 "it probes back while the tail holds (logged once, counted in "
-                "fairsched:guard_step_backs)", watch.last_ratio, watch.gain)
+                "fairsched:guard_step_backs)", watch.last_measure, watch.last_ratio,
+                watch.gain)
         self._step_backs_logged = watch.step_backs
 
     def _step_record(

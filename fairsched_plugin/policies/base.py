@@ -108,6 +108,11 @@ class OrderingPolicy(ABC):
     """True when :meth:`deadline` gives each arriving request a point (in the unit of
     :meth:`overdue_cutoff`) after which it outranks every request that is not yet overdue
     (see :meth:`ranker`)."""
+    running_first = False
+    """True when a running prefill is never overtaken by a waiting request: the running
+    prefills take the budget first, as vLLM's loop gives it, and the order decides which
+    waiting request starts next. False: a waiting request that ranks ahead of a running
+    prefill takes its budget first."""
     key_follows_remaining_work = False
     """True when a request's key (between refreshes) reads only its remaining prefill work,
     never decreasing in it, and what never changes (arrival, id). Then a request's key
@@ -157,8 +162,9 @@ class OrderingPolicy(ABC):
         own (only called when ``uses_deadlines``)."""
         raise NotImplementedError(f"{self.name} assigns no deadlines")
 
-    def forget_request(self, request_id: str) -> None:
-        """The request left the scheduler (only called when ``uses_deadlines``)."""
+    def forget_request(self, request_id: str, output_tokens: int = 0) -> None:
+        """The request left the scheduler with ``output_tokens`` (only called when
+        ``uses_deadlines``)."""
 
     def served_work(self, now: float) -> float:
         """Where the measure deadlines are dated in stands at ``now``: a request first

@@ -113,10 +113,12 @@ class FcfsGuard:
             deadline = max(self.served + ahead + gain * (self.slack - 1.0) * earning
                            + gain * self.size_allowance * own_tokens, self._last_deadline)
         else:
-            # Due at once: due requests go earliest deadline first, which is arrival
-            # order, running prefills included (a deadline at the FCFS start would
-            # bound only the start, and a long prompt's chunks could still yield).
+            # Due at once, and so is every deadline given before it: due requests go
+            # earliest deadline first, which is arrival order (a deadline at the FCFS
+            # start would bound only the start, and after a step-back the deadlines
+            # given under a higher gain would let the order run on).
             deadline = max(self.served, self._last_deadline)
+            self.make_due(deadline)
         self._last_deadline = deadline
         if request_id is not None:
             self._positions[request_id] = self._take_position()
@@ -138,10 +140,10 @@ class FcfsGuard:
             position = self._positions[request_id] = self._take_position()
         return position
 
-    def forget(self, request_id: str) -> None:
+    def forget(self, request_id: str, output_tokens: int = 0) -> None:
         self._positions.pop(request_id, None)
         if self.watch is not None:
-            self.watch.forget(request_id)
+            self.watch.forget(request_id, output_tokens)
 
     @property
     def base(self) -> int:
@@ -189,8 +191,8 @@ class FcfsGuard:
                 + (f" + {self.size_allowance:g} x its own prefill" if self.size_allowance
                    else "")
                 + ", passed only while EDF stays feasible"
-                + (f"; stepped back towards arrival order while the TTFT tail of the last "
-                   f"{self.watch.window} requests is longer than FCFS's"
+                + (f"; stepped back towards arrival order while the TTFT or TPOT tail of "
+                   f"the last {self.watch.window} requests is longer than FCFS's"
                    if self.watch is not None else ""))
 
     def _take_position(self) -> int:
@@ -213,8 +215,8 @@ class _Guarded:
                  request_id: str | None = None) -> float:
         return self.guard.deadline(backlog_tokens, own_tokens, request_id, now)
 
-    def forget_request(self, request_id: str) -> None:
-        self.guard.forget(request_id)
+    def forget_request(self, request_id: str, output_tokens: int = 0) -> None:
+        self.guard.forget(request_id, output_tokens)
 
     def overdue_cutoff(self, now: float) -> float:
         return self.guard.cutoff
@@ -242,14 +244,18 @@ class GuardedSRPF(_Guarded, OrderingPolicy):
     key_follows_remaining_work = True
 
     def __init__(self, slack: float, window_s: float, size_allowance: float = 0.0,
-                 persist_s: float = 0.0, tail_window: int = 0) -> None:
+                 persist_s: float = 0.0, tail_window: int = 0,
+                 overtake_running: bool = False) -> None:
         self.guard = FcfsGuard(slack, window_s, size_allowance, persist_s, tail_window)
+        self.running_first = not overtake_running
 
     def value(self, view: RequestView) -> float:
         return view.remaining_prefill
 
     def describe(self) -> str:
-        return f"guarded-srpf(shortest remaining prefill first; {self.guard.describe()})"
+        return (f"guarded-srpf(shortest remaining prefill first"
+                + ("" if self.running_first else ", running prefills overtaken")
+                + f"; {self.guard.describe()})")
 
 
 class GuardedAging(_Guarded, AgingPolicy):

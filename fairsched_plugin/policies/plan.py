@@ -10,7 +10,9 @@ prefill candidate:
 
 1. **Order.** Running partial prefills and waiting requests are merged in the policy's
    order at ``now`` (:func:`step_rank`; the keys, e.g. Aging's, are in ``aging.py`` and
-   its siblings), decodes having taken their tokens first.
+   its siblings), decodes having taken their tokens first. Under a policy whose running
+   prefills come first (``OrderingPolicy.running_first``), all of them precede every
+   waiting request, as in vLLM's own loop.
 2. **Bound.** ``candidate_walk.CandidateWalk`` meets the candidates in that order, each
    with its bound ``h = min(remaining, budget left)`` (Algorithm 1, line 4) under vLLM's
    own per-request limits (``candidate_walk.ChunkLimits``), and follows vLLM's admission
@@ -105,6 +107,10 @@ def plan_prefill_caps(
     limits = limits or ChunkLimits()
     rank = step_rank(policy, now, by_priority)
     running = sorted((rank(view), view) for view in running_prefills)
+    if policy.running_first:
+        running = [((RUNNING_FIRST, key), view) for key, view in running]
+        ranked = rank
+        rank = lambda view: (WAITING_AFTER, ranked(view))  # noqa: E731
     caps = {view.request_id: 0 for _key, view in running}
     left = max(token_budget - decode_tokens, 0)
     if left <= limits.slot_cost or (rule is None and not running):
@@ -143,6 +149,10 @@ def plan_prefill_caps(
             left -= chunk + limits.slot_cost
             free_kv_tokens -= chunk
     return caps
+
+
+RUNNING_FIRST, WAITING_AFTER = 0, 1
+"""Under a policy whose running prefills come first: the lanes of running and waiting."""
 
 
 def step_rank(policy: OrderingPolicy, now: float,

@@ -87,7 +87,8 @@ POLICIES: dict[str, PolicyEntry] = {
                                           config.guarded_srpf.window_s,
                                           config.guarded_srpf.size_allowance,
                                           config.guarded_srpf.persist_s,
-                                          config.guarded_srpf.tail_window),
+                                          config.guarded_srpf.tail_window,
+                                          config.guarded_srpf.overtake_running),
         "guarded_srpf", "shortest remaining prefill first, FCFS-bounded waits"),
     "guarded-aging": PolicyEntry(
         lambda config, epoch: GuardedAging(config.guarded_aging.slack,

@@ -40,10 +40,12 @@ from .suite_report import plot, render
 
 LOADS = (0.5, 0.9, 1.0, 1.1, 1.3)
 DEFAULT_POLICY = FairschedConfig().policy
-DEFAULT_REVISION = 2
-"""What the default policy's name meant when a results file was written: 2 is the guard
-with its tail watch, LPRS and APC only with a fitted latency model; files without it ran
-revision 1, LPRS and APC on with the built-in model and no tail watch."""
+DEFAULT_REVISION = 3
+"""What the default policy's name meant when a results file was written: 3 is the guard
+with its TTFT and TPOT watch, running prefills never overtaken, LPRS and APC only with a
+fitted latency model; files without it ran revision 1, LPRS and APC on with the built-in
+model, no watch, running prefills overtaken. (Revision 2, a TTFT-only watch, left no
+committed file.)"""
 ARMS = tuple(dict.fromkeys((STOCK, "fcfs", DEFAULT_POLICY, "guarded-aging", "hrrn", "preflow",
                             "spf")))
 """Stock, the plugin's ``fcfs`` (stock's order through the plugin: the control), the
@@ -100,8 +102,9 @@ FULL = Plan(("azure-conv", "long-context", "sharegpt"), ("h100", "a100-80gb", "a
             sync_also=(("azure-conv", "h100", "qwen3-8b"),))
 """The quick suite's cells are the full suite's on the same requests: its figures are the
 full suite's for that group."""
-ORDERING_ONLY = f"{DEFAULT_POLICY}:tail_window=0"
-"""The default's order with its guard's slack fixed (no tail watch)."""
+ORDERING_ONLY = f"{DEFAULT_POLICY}:tail_window=0:overtake_running=true"
+"""The default's order as it was before the tail watch: the guard's slack fixed, and a
+waiting request may take budget from a running prefill it ranks ahead of."""
 NO_HARM = Plan(("azure-conv", "azure-code", "sharegpt", "long-context", "mooncake-conv",
                 "mooncake-conv-nocache", "chat-sessions", "agent"),
                ("h100", "a100-80gb", "ascend910b"), ("qwen3-8b",), ("async",),
