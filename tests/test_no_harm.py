@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fairsched_plugin.policies.tail_watch import TailWatch
 from fairsched_plugin.sim import no_harm
 from fairsched_plugin.sim.hardware import accelerator, model_config
 from fairsched_plugin.sim.scenarios import SCENARIOS
@@ -75,17 +76,60 @@ def test_a_figure_a_cell_did_not_measure_is_neither_ticked_nor_crossed():
     assert row.endswith("| - | - |")
 
 
+def _watched_runs(scenario_name: str, requests: int, rate: float,
+                  arms: tuple[str, ...]) -> dict[str, dict]:
+    """Each arm's metrics on the scenario's first ``requests`` at ``rate`` (H100,
+    Qwen3-8B, vLLM's H100 defaults, async); under ``"watch"``, the default's tail watch as
+    the run left it."""
+    scenario = SCENARIOS[scenario_name]
+    model = AnalyticStepModel(model_config("qwen3-8b"), accelerator("h100"), "h100")
+    settings = group_settings(scenario, "h100", model, "async")
+    case = scenario.build(requests)
+    watches: list[TailWatch] = []
+    built = TailWatch.__init__
+
+    def keep(watch: TailWatch, *args, **kwargs) -> None:
+        built(watch, *args, **kwargs)
+        watches.append(watch)
+
+    runs: dict[str, dict] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TailWatch, "__init__", keep)
+        for arm in arms:
+            runs[arm] = run_cell(case, model, settings, arm, rate)
+            if arm == "guarded-srpf":
+                runs["watch"] = watches[-1]
+    return runs
+
+
 @pytest.fixture(scope="module")
 def mooncake_regression() -> dict[str, dict]:
     """The Mooncake regression at a size CI runs: the trace's first 300 requests with the
-    prefix cache off, at 1.07 req/s (stock's capacity on the first 1,500), H100, Qwen3-8B,
-    vLLM's H100 defaults, async."""
-    scenario = SCENARIOS["mooncake-conv-nocache"]
-    model = AnalyticStepModel(model_config("qwen3-8b"), accelerator("h100"), "h100")
-    settings = group_settings(scenario, "h100", model, "async")
-    case = scenario.build(300)
-    return {arm: run_cell(case, model, settings, arm, 1.07)
-            for arm in ("stock", "guarded-srpf", REVISION_1_DEFAULT)}
+    prefix cache off, at 1.07 req/s (stock's capacity on the first 1,500)."""
+    return _watched_runs("mooncake-conv-nocache", 300, 1.07,
+                         ("stock", "guarded-srpf", REVISION_1_DEFAULT))
+
+
+@pytest.fixture(scope="module")
+def long_context() -> dict[str, dict]:
+    """Long-context traffic at a size CI runs: the scenario's first 400 requests at
+    4.95 req/s (stock's capacity on the first 1,500)."""
+    return _watched_runs("long-context", 400, 4.95, ("stock", "guarded-srpf"))
+
+
+@pytest.mark.parametrize("runs", ["mooncake_regression", "long_context"])
+def test_the_default_steps_back_and_then_meets_every_bound(
+        runs: str, request: pytest.FixtureRequest):
+    """Where reordering harms the tail, the watch finds it and goes back to arrival
+    order; over the whole run the default then meets every bound against stock, each
+    figure recomputed from the per-request records of both runs (``sim.no_harm``)."""
+    runs = request.getfixturevalue(runs)
+    assert runs["watch"].step_backs >= 1
+    crossed = [(bound.name, value)
+               for bound, value in no_harm.check({"metrics": runs["guarded-srpf"]},
+                                                 {"metrics": runs["stock"]})
+               if value is not None and not bound.holds(value)]
+    assert not crossed
 
 
 @pytest.mark.parametrize("metric", ["ttft_p50", "ttft_p99", "e2e_mean"])
