@@ -75,7 +75,7 @@ class TailWatch:
         self.window = window
         self.gain = 0.0
         self.step_backs = 0
-        """Judgements that found the tail harmed and lowered the gain."""
+        """Judgements that found a tail harmed and sent the gain back to 0."""
         self.last_ratio = 0.0
         """At the last judgement, the served tail over FCFS's: of TTFT, or of the time per
         output token where that one was further above FCFS's."""
