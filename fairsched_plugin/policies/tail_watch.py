@@ -209,12 +209,9 @@ class TailWatch:
             self._judge()
 
     def _judge(self) -> None:
-        least = max(1, self.window // 4)
-        if len(self._served_wait) < least:
-            served_tail = fcfs_tail = 0.0
-        else:
-            served_tail, fcfs_tail = tail_mean(self._served_wait), tail_mean(self._fcfs_wait)
-        self.last_ratio, self.last_measure = _ratio(served_tail, fcfs_tail), "TTFT"
+        self.last_ratio, self.last_measure = 1.0, "TTFT"
+        if len(self._served_wait) >= self.window // 4:
+            self.last_ratio = _ratio(tail_mean(self._served_wait), tail_mean(self._fcfs_wait))
         if len(self._served_tpot) >= self.window // 2:
             tpot_ratio = _ratio(tail_mean(self._served_tpot), tail_mean(self._fcfs_tpot))
             if tpot_ratio > self.last_ratio:
@@ -236,7 +233,7 @@ class TailWatch:
                 gain = min(1.0, 2 * gain)
                 self._backoff = 0
             else:
-                gain = _halved(gain)
+                gain = gain / 2 if gain / 2 >= MIN_GAIN else 0.0
         if gain != self.gain:
             self.gain = gain
             self._at_zero = 0
@@ -245,10 +242,6 @@ class TailWatch:
             self._fcfs_wait.clear()
             self._served_tpot.clear()
             self._fcfs_tpot.clear()
-
-
-def _halved(gain: float) -> float:
-    return gain / 2 if gain / 2 >= MIN_GAIN else 0.0
 
 
 def _ratio(served: float, fcfs: float) -> float:
