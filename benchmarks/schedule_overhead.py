@@ -14,9 +14,9 @@ Four workloads, because a policy changes what the scheduler has to do:
   about 250 decodes run every step beside the waiting queue, as under heavy load on a real
   server: the per-running-request cost of the adapter shows here.
 * ``prefills``: 8,000-token prompts and vLLM's long-prefill threshold at 64 tokens, so 8
-  partial prefills share every step (100 waiting): LPRS and APC's cost per step where they
-  have the most to decide. The target there is at most 100 us more than stock per step,
-  printed as ``+us``.
+  partial prefills share every step (100 and 1,000 waiting): LPRS and APC's cost per step
+  where they have the most to decide. The target there is at most 100 us more than stock
+  per step, printed as ``+us``.
 * ``mixed``: prompts 16-3,000 tokens. Shortest-first policies admit short prompts first,
   so their batches hold more decodes and vLLM's own loop does more work per step; the fair
   comparison is the time per request scheduled in the step, printed as ``per req``.
@@ -193,7 +193,7 @@ def main() -> None:
           + " ".join(f"{name + ' x':>17}" for name in arms)
           + f" {'reqs/step':>9} " + " ".join(f"{name + ' per req':>15}" for name in arms))
     for workload in ("uniform", "decodes", "mixed", "prefills"):
-        for waiting in (SIZES if workload != "prefills" else SIZES[:1]):
+        for waiting in (SIZES if workload != "prefills" else SIZES[:2]):
             m = measure(model_dir, waiting, args.steps, workload, args.full_step,
                         args.instances)
             stock = m["stock"]["step_us"]

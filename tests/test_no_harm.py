@@ -32,12 +32,15 @@ def _metrics(p50: float = 1.0, p99: float = 10.0, e2e: float = 20.0, tpot: float
     return metrics
 
 
-def _results(default: dict, stock: dict, spf: dict | None = None) -> dict:
+def _results(default: dict, stock: dict, spf: dict | None = None,
+             order: dict | None = None) -> dict:
     group = {"scenario": "s", "device": "h100", "model": "m", "mode": "async"}
     cells = [{**group, "load": 1.0, "arm": "stock", "metrics": stock},
              {**group, "load": 1.0, "arm": "guarded-srpf", "metrics": default}]
     if spf is not None:
         cells.append({**group, "load": 1.0, "arm": "spf", "metrics": spf})
+    if order is not None:
+        cells.append({**group, "load": 1.0, "arm": "order", "metrics": order})
     return {"plan": {"loads": [1.0]}, "groups": [group], "cells": cells,
             "meta": {"command": "fairsched suite", "vllm": "0.32.0", "commit": "x",
                      "default_policy": "guarded-srpf"}}
@@ -74,6 +77,23 @@ def test_a_figure_a_cell_did_not_measure_is_neither_ticked_nor_crossed():
     results = _results(_metrics(), _metrics())  # no hit rate: the prefix cache was off
     row = no_harm.no_harm_table(results, "guarded-srpf")[2]
     assert row.endswith("| - | - |")
+
+
+def test_a_crossed_cell_is_shown_beside_the_other_arm_with_each_largest_excess():
+    results = _results(_metrics(p50=1.04, p99=10.3), _metrics(),
+                       order=_metrics(p50=0.5, p99=11.0))
+    lines = no_harm.crossings_beside(results, "guarded-srpf", "order")
+    assert lines[2] == ("| s · h100 · m · async | 1x | median TTFT, P99 TTFT | 1.04, 1.03 | "
+                        "0.50, 1.10 | 0.040 / 0.080 |")
+    assert lines[-1] == "`guarded-srpf` crosses further than `order` in 0 of these 1 cells."
+    page = no_harm.render(results, "guarded-srpf", "order")
+    assert "## Where `guarded-srpf` crosses, beside `order`" in page
+
+
+def test_no_crossing_leaves_nothing_to_show_beside():
+    results = _results(_metrics(), _metrics(), order=_metrics(p50=2.0))
+    assert no_harm.crossings_beside(results, "guarded-srpf", "order") == []
+    assert "## Where" not in no_harm.render(results, "guarded-srpf", "order")
 
 
 def _watched_runs(scenario_name: str, requests: int, rate: float,

@@ -120,9 +120,55 @@ def _figure(value: float, bound: Bound) -> str:
     return text
 
 
-def render(results: dict[str, Any], arm: str) -> str:
-    """The no-harm page of a suite's results: the bounds, then the table."""
+def excess(bound: Bound, value: float) -> float:
+    """How far ``value`` lies past ``bound`` (0 within it)."""
+    return max(0.0, value - bound.limit if bound.at_most else bound.limit - value)
+
+
+def crossings_beside(results: dict[str, Any], arm: str, other: str) -> list[str]:
+    """Each cell where ``arm`` crosses a bound: the figures it crosses with, ``other``'s
+    figures for the same bounds, and the largest excess of each arm over any bound in that
+    cell, so a reader sees whether ``arm`` gave up a gain rather than a bound there."""
+    stock = _stock(results["cells"])
+    lines = ["| group | load | crossed | `" + arm + "` | `" + other + "` | "
+             "largest excess: " + arm + " / " + other + " |", "|---|---|---|---|---|---|"]
+    worse = total = 0
+    for group in results["groups"]:
+        key = group_key(group)
+        for load in results["plan"]["loads"]:
+            mine, theirs = _cell(results, key, load, arm), _cell(results, key, load, other)
+            if mine is None or theirs is None:
+                continue
+            base = stock[(key, load)]
+            rival_figures = dict(check(theirs, base))
+            figures = [(bound, value, rival_figures[bound])
+                       for bound, value in check(mine, base)
+                       if value is not None and rival_figures[bound] is not None]
+            crossed = [row for row in figures if not row[0].holds(row[1])]
+            if not crossed:
+                continue
+            total += 1
+            own = max(excess(bound, value) for bound, value, _o in figures)
+            rival = max(excess(bound, value) for bound, _v, value in figures)
+            worse += own > rival
+            lines.append(
+                f"| {label(key)} | {load:g}x | {', '.join(b.name for b, _v, _o in crossed)} | "
+                + ", ".join(_figure(v, b) for b, v, _o in crossed) + " | "
+                + ", ".join(_figure(o, b) for b, _v, o in crossed)
+                + f" | {own:.3f} / {rival:.3f} |")
+    if total == 0:
+        return []
+    return lines + ["", f"`{arm}` crosses further than `{other}` in {worse} of these "
+                        f"{total} cells."]
+
+
+def render(results: dict[str, Any], arm: str, other: str | None = None) -> str:
+    """The no-harm page of a suite's results: the bounds, then the table; with ``other``
+    (an arm of the same results), each cell ``arm`` crosses in, beside ``other``."""
     meta = results["meta"]
+    beside = [] if other is None else crossings_beside(results, arm, other)
+    if beside:
+        beside = ["", f"## Where `{arm}` crosses, beside `{other}`", "", *beside]
     return "\n".join([
         f"# No harm: `{arm}` against stock vLLM", "",
         f"`{meta['command']}` (vLLM {meta['vllm']}, commit {meta['commit']}). Each figure "
@@ -130,4 +176,4 @@ def render(results: dict[str, Any], arm: str) -> str:
         "a difference); ✓ within the bound, ✗ outside it, - not measured in that cell "
         "(the hit rate is measured only with the prefix cache on). `spf` (shortest "
         "prompt first, mean-optimal and tail-blind) beside: what ordering can buy.", "",
-        *no_harm_table(results, arm), ""])
+        *no_harm_table(results, arm), *beside, ""])

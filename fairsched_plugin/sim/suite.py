@@ -483,7 +483,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"results: {results_path}\ntable: {args.out / 'suite.md'}")
     default = results["meta"]["default_policy"]
     if any(c["arm"] == default for c in results["cells"]):
-        (args.out / "no-harm.md").write_text(no_harm.render(results, default))
+        other = ORDERING_ONLY if any(c["arm"] == ORDERING_ONLY for c in results["cells"]) \
+            else None
+        (args.out / "no-harm.md").write_text(no_harm.render(results, default, other))
         print(f"no-harm check: {args.out / 'no-harm.md'}")
     if available("matplotlib"):
         plots = plot(results, args.out / "plots")
