@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 
 from fairsched_plugin.sim.capacity import find_capacity
-from fairsched_plugin.sim.hardware import accelerator, model_config
+from fairsched_plugin.predictor.hardware import accelerator, model_config
 from fairsched_plugin.sim.scenarios import SCENARIOS
 from fairsched_plugin.sim.step_models import AnalyticStepModel
 from fairsched_plugin.sim.suite import _r, group_settings, run_cell

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fairsched_plugin.bench.arms import STOCK
-from fairsched_plugin.sim.hardware import accelerator, model_config
+from fairsched_plugin.predictor.hardware import accelerator, model_config
 from fairsched_plugin.sim.routers import parse_fleet
 from fairsched_plugin.sim.scenarios import SCENARIOS
 from fairsched_plugin.sim.step_models import AnalyticStepModel

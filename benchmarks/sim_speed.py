@@ -25,7 +25,7 @@ from pathlib import Path
 from fairsched_plugin.bench.arms import parse_arm
 from fairsched_plugin.bench.pairs import read_pool
 from fairsched_plugin.bench.workloads import build_workload
-from fairsched_plugin.sim import analytic
+from fairsched_plugin.predictor import analytic
 from fairsched_plugin.sim.engine import simulate
 from fairsched_plugin.sim.engine_settings import SimSettings
 from fairsched_plugin.sim.step_models import AnalyticStepModel, parse_step_model

@@ -39,7 +39,7 @@ from .policies.registry import POLICIES
 
 # Every section class is re-exported: callers take the whole configuration from here.
 from .predictor.roofline import parse_device
-from .sim.hardware import MODEL_ALIASES, MODEL_CONFIGS, PresetError
+from .predictor.hardware import MODEL_ALIASES, MODEL_CONFIGS, PresetError
 from .settings import (
     AUTO,
     AFLCBConfig,
@@ -60,6 +60,8 @@ from .settings import (
 ENV_PREFIX = "FAIRSCHED_"
 CONFIG_ENV = "FAIRSCHED_CONFIG"
 STRICT_VLLM_ENV = "FAIRSCHED_STRICT_VLLM"
+POLICY_ENV = "FAIRSCHED_POLICY"
+"""Set, it switches fairsched on where no other scheduler class is named (``plugin``)."""
 """Not a config key: read at import by ``adapter.compat`` (1 refuses a vLLM newer than the
 tested range), before any configuration is loaded."""
 ADDITIONAL_CONFIG_KEY = "fairsched"
@@ -723,3 +725,13 @@ def _construct(cls: type, data: Mapping[str, Any]) -> Any:
             value = data[f.name]
             kwargs[f.name] = _construct(kind, value) if is_dataclass(kind) else value
     return cls(**kwargs)
+
+
+def uses_fairsched(scheduler_cls: object) -> bool:
+    """Whether a launch will run fairsched's scheduler: named on the command line, or
+    switched on by the environment with no other class named."""
+    if scheduler_cls is None:
+        return POLICY_ENV in os.environ
+    name = scheduler_cls if isinstance(scheduler_cls, str) else (
+        f"{getattr(scheduler_cls, '__module__', '')}.{getattr(scheduler_cls, '__qualname__', '')}")
+    return name.startswith("fairsched_plugin.")

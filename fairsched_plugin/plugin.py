@@ -19,11 +19,10 @@ from __future__ import annotations
 import logging
 import os
 
-from .config import ConfigError, load_config
+from .config import POLICY_ENV, ConfigError, load_config, uses_fairsched
 
 logger = logging.getLogger("vllm.fairsched")
 
-POLICY_ENV = "FAIRSCHED_POLICY"
 ASYNC_CLASS = "fairsched_plugin.FairScheduler"
 SYNC_CLASS = "fairsched_plugin.FairSyncScheduler"
 _OWN_CLASSES = (ASYNC_CLASS, SYNC_CLASS, "fairsched_plugin.adapter.scheduler.FairScheduler",
@@ -46,16 +45,6 @@ def register() -> None:
         # when the engine config is built, which does stop the server.
         logger.error("%s", exc)
     _route_default_scheduler()
-
-
-def uses_fairsched(scheduler_cls: object) -> bool:
-    """Whether a launch will run fairsched's scheduler: named on the command line, or
-    switched on by the environment with no other class named."""
-    if scheduler_cls is None:
-        return POLICY_ENV in os.environ
-    name = scheduler_cls if isinstance(scheduler_cls, str) else (
-        f"{getattr(scheduler_cls, '__module__', '')}.{getattr(scheduler_cls, '__qualname__', '')}")
-    return name.startswith("fairsched_plugin.")
 
 
 def _check_config_at_launch() -> None:

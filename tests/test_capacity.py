@@ -20,7 +20,7 @@ from fairsched_plugin.sim.capacity import (
     find_capacity,
 )
 from fairsched_plugin.sim.engine_settings import SimSettings
-from fairsched_plugin.sim.hardware import accelerator, model_config
+from fairsched_plugin.predictor.hardware import accelerator, model_config
 from fairsched_plugin.sim.scenarios import SCENARIOS
 from fairsched_plugin.sim.step_models import AnalyticStepModel, LinearStepModel
 from fairsched_plugin.sim.suite import group_settings

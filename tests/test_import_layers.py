@@ -1,9 +1,13 @@
-"""The configuration's layers import one way: ``settings`` (the sections' dataclasses) at
-the bottom, the policies above it, the policy registry above them, ``config`` (loading
-and checks, which reads the registry's names) on top.
+"""The package's layers import one way.
 
-Checked from the source, so a function-level import cannot hide a cycle again, and by
-importing each module first in a fresh interpreter.
+The configuration: ``settings`` (the sections' dataclasses) at the bottom, the policies
+above it, the policy registry above them, ``config`` (loading and checks, which reads the
+registry's names) on top. The packages: the runtime (what ``--scheduler-cls`` loads) below
+the simulator and the benchmark, with no loop between any two packages.
+
+Checked from the source, so a function-level import cannot hide a cycle again, by
+``lint-imports`` with the contracts in ``pyproject.toml``, and by importing in a fresh
+interpreter.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -96,3 +101,53 @@ def test_each_module_imports_first_in_a_fresh_interpreter(module: str):
             "assert c.policy_names() and c.load_config({}, environ={}).policy")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def _package_of(module: str) -> str:
+    """The first level under ``fairsched_plugin`` (a subpackage or a top-level module)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_no_two_packages_import_each_other():
+    """No loop between packages, however long: each package's reach (following every
+    import, deferred ones included) must not lead back to it."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        source = _package_of(_module_name(path))
+        for name, _line, _f in _own(_imports(path)):
+            target = _package_of(name)
+            if target != source and ((PACKAGE / target).is_dir()
+                                     or (PACKAGE / f"{target}.py").exists()):
+                edges[source].add(target)
+    for start in list(edges):
+        seen, todo = set(), list(edges[start])
+        while todo:
+            package = todo.pop()
+            if package not in seen:
+                seen.add(package)
+                todo.extend(edges[package])
+        assert start not in seen, f"{start} imports itself back through {sorted(seen)}"
+
+
+def test_the_serving_path_loads_no_simulator_and_no_benchmark():
+    """What ``--scheduler-cls fairsched_plugin.FairScheduler`` and the general plugin
+    load, in a fresh interpreter: no module of ``sim`` or ``bench``."""
+    code = ("import sys; from fairsched_plugin import FairScheduler, FairSyncScheduler;"
+            "import fairsched_plugin.plugin, fairsched_plugin.metrics.exporter;"
+            "print(' '.join(m for m in sys.modules if m.startswith('fairsched_plugin.')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    loaded = result.stdout.split()
+    assert "fairsched_plugin.adapter.scheduler" in loaded
+    wrong = [m for m in loaded if _package_of(m) in ("sim", "bench")]
+    assert not wrong, wrong
+
+
+def test_the_import_contracts_hold():
+    """``lint-imports`` (import-linter) with the contracts in ``pyproject.toml``."""
+    tool = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(tool)], capture_output=True, text=True,
+                            cwd=PACKAGE.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout

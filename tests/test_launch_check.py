@@ -17,7 +17,8 @@ from vllm.v1.metrics.prometheus import get_prometheus_registry  # noqa: E402
 from fairsched_plugin.config import ConfigError  # noqa: E402
 from fairsched_plugin.metrics.recorder import MetricsRecorder  # noqa: E402
 from fairsched_plugin.metrics.snapshot import snapshot_path, write_snapshot  # noqa: E402
-from fairsched_plugin.plugin import register, uses_fairsched  # noqa: E402
+from fairsched_plugin.config import uses_fairsched  # noqa: E402
+from fairsched_plugin.plugin import register  # noqa: E402
 
 
 def test_uses_fairsched(monkeypatch):

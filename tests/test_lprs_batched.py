@@ -35,7 +35,7 @@ from fairsched_plugin.predictor.features import (  # noqa: E402
 from fairsched_plugin.predictor.memory import KvCacheMemory  # noqa: E402
 from fairsched_plugin.predictor.runtime import LatencyPredictor  # noqa: E402
 from fairsched_plugin.predictor.roofline import RooflineLatencyModel, roofline_ms  # noqa: E402
-from fairsched_plugin.sim.hardware import accelerator, model_config  # noqa: E402
+from fairsched_plugin.predictor.hardware import accelerator, model_config  # noqa: E402
 from linear_onnx import write_linear_model  # noqa: E402
 
 CPU_MODEL = (Path(__file__).resolve().parent.parent / "benchmarks" / "results"

@@ -12,7 +12,7 @@ import pytest
 
 from fairsched_plugin.policies.tail_watch import TailWatch
 from fairsched_plugin.sim import no_harm
-from fairsched_plugin.sim.hardware import accelerator, model_config
+from fairsched_plugin.predictor.hardware import accelerator, model_config
 from fairsched_plugin.sim.scenarios import SCENARIOS
 from fairsched_plugin.sim.step_models import AnalyticStepModel
 from fairsched_plugin.sim.suite import group_settings, run_cell

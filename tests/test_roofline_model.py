@@ -15,9 +15,9 @@ import itertools
 from fairsched_plugin.predictor.roofline import (RooflineLatencyModel, built_in_model,
                                                  nonnegative_solve, parse_device,
                                                  preset_for_device, roofline_ms)
-from fairsched_plugin.sim.analytic import step_time_s
-from fairsched_plugin.sim.batch import SimBatch
-from fairsched_plugin.sim.hardware import PresetError, accelerator, model_config
+from fairsched_plugin.predictor.analytic import step_time_s
+from fairsched_plugin.predictor.batch import SimBatch
+from fairsched_plugin.predictor.hardware import PresetError, accelerator, model_config
 
 MEMORY = MemoryState(0.0, 0.0, 0.0, 0.0)
 QWEN = model_config("qwen3-8b")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fairsched_plugin.sim import analytic
-from fairsched_plugin.sim.batch import SimBatch
-from fairsched_plugin.sim.hardware import (
+from fairsched_plugin.predictor import analytic
+from fairsched_plugin.predictor.batch import SimBatch
+from fairsched_plugin.predictor.hardware import (
     Accelerator,
     PresetError,
     accelerator,

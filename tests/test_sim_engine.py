@@ -198,8 +198,8 @@ def test_lprs_predictor_command_writes_a_model_lprs_loads(tmp_path: Path,
     from fairsched_plugin.cli import main
     from fairsched_plugin.predictor.features import MemoryState, batch_row
     from fairsched_plugin.predictor.runtime import LatencyPredictor
-    from fairsched_plugin.sim.batch import SimBatch
-    from fairsched_plugin.sim.hardware import MODEL_CONFIGS
+    from fairsched_plugin.predictor.batch import SimBatch
+    from fairsched_plugin.predictor.hardware import MODEL_CONFIGS
     from fairsched_plugin.sim.step_models import parse_step_model
 
     config = tmp_path / "model" / "config.json"

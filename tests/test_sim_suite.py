@@ -81,7 +81,7 @@ def test_the_presets_are_within_ten_percent_of_every_published_figure() -> None:
 
 def test_the_calibrated_h100_decodes_like_the_published_batch_of_one() -> None:
     model = parse_step_model("analytic:h100:llama-3-8b")
-    from fairsched_plugin.sim.batch import SimBatch
+    from fairsched_plugin.predictor.batch import SimBatch
 
     assert model.step_time_s(SimBatch(decodes=[(256, 1)]), None) * 1e3 == pytest.approx(
         6.45, rel=0.05)
@@ -94,7 +94,7 @@ def _committed() -> dict:
 def test_a_committed_suite_cell_reproduces_exactly() -> None:
     """The figures the docs quote come from this file; rerunning one cell (the default at
     1.1x capacity, azure-conv on H100, async) must give them again."""
-    from fairsched_plugin.sim.hardware import accelerator, model_config
+    from fairsched_plugin.predictor.hardware import accelerator, model_config
     from fairsched_plugin.sim.scenarios import SCENARIOS
     from fairsched_plugin.sim.step_models import AnalyticStepModel
     from fairsched_plugin.sim.suite import group_settings, run_cell
@@ -168,7 +168,7 @@ def test_the_committed_prefix_cache_tables_render_from_their_results(
 def test_a_committed_open_loop_conversation_cell_reproduces_exactly() -> None:
     """The default at 1.3x on chat-sessions-open: the cell where the order matters, its
     prefix cache on and its hit rate among the figures."""
-    from fairsched_plugin.sim.hardware import accelerator, model_config
+    from fairsched_plugin.predictor.hardware import accelerator, model_config
     from fairsched_plugin.sim.scenarios import SCENARIOS
     from fairsched_plugin.sim.step_models import AnalyticStepModel
     from fairsched_plugin.sim.suite import group_settings, run_cell
@@ -206,7 +206,7 @@ def test_the_committed_fleet_tables_render_from_their_results(tmp_path: Path,
 def test_a_committed_disaggregated_cell_reproduces_exactly() -> None:
     """The default at capacity on one prefill and one decode engine: the cell where the
     order already matters there, hand-off figures included."""
-    from fairsched_plugin.sim.hardware import accelerator, model_config
+    from fairsched_plugin.predictor.hardware import accelerator, model_config
     from fairsched_plugin.sim.scenarios import SCENARIOS
     from fairsched_plugin.sim.step_models import AnalyticStepModel
     from fairsched_plugin.sim.suite import group_settings, run_cell

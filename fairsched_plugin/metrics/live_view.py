@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import State
 
 from ..config import load_config
-from ..plugin import uses_fairsched
+from ..config import uses_fairsched
 from .reading import queue_now, snapshot_age
 from .snapshot import read_snapshots
 

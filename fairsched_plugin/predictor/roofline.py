@@ -3,7 +3,7 @@
 Built at start-up from what the engine already knows: the served model's config (layers,
 hidden size, heads, KV heads, intermediate size, vocabulary, dtype, quantization, MoE)
 and the accelerator it runs on (the CUDA device's name, an Ascend NPU). Its first guess
-is the simulator's roofline (``sim.analytic``: FLOPs and bytes per part of a step over
+is the simulator's roofline (``analytic``: FLOPs and bytes per part of a step over
 the preset's peak and bandwidth), evaluated from the predictor's 16 batch features.
 
 Then it learns from the step times the engine reports (:meth:`observe`): a least-squares
@@ -25,11 +25,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..sim.analytic import elementwise_elements, linear_activation_elements
-from ..sim.analytic import linear_params_per_layer
-from ..sim.hardware import ACCELERATORS, Accelerator, PresetError, TransformerConfig
-from ..sim.hardware import accelerator_key, field_overrides, model_config, transformer_config
-from ..sim.hardware import with_overrides
+from .analytic import elementwise_elements, linear_activation_elements
+from .analytic import linear_params_per_layer
+from .hardware import ACCELERATORS, Accelerator, PresetError, TransformerConfig
+from .hardware import accelerator_key, field_overrides, model_config, transformer_config
+from .hardware import with_overrides
 from .features import FEATURE_NAMES, BatchStats
 
 _F = {name: FEATURE_NAMES.index(name) for name in FEATURE_NAMES}
@@ -84,7 +84,7 @@ def parse_device(spec: str) -> Accelerator:
 
 class BatchWork(NamedTuple):
     """What a step's cost is made of: tokens, attention query-key pairs, KV tokens read and
-    requests (``sim.analytic``'s quantities, from the features); per row for a matrix of
+    requests (``analytic``'s quantities, from the features); per row for a matrix of
     rows, numbers for one row."""
 
     tokens: Any
@@ -115,7 +115,7 @@ def work_of(prefill: Any, decode: Any, requests: Any, decode_context: Any, proce
 
 @dataclass(frozen=True)
 class Roofline:
-    """``sim.analytic.step_time_s`` as a few milliseconds-per-unit of a batch's work,
+    """``analytic.step_time_s`` as a few milliseconds-per-unit of a batch's work,
     computed once from the model and the accelerator: each part of a step takes the
     larger of its compute time and its memory time."""
 
@@ -163,7 +163,7 @@ class Roofline:
 
 
 def roofline_ms(rows: np.ndarray, cfg: TransformerConfig, acc: Accelerator) -> np.ndarray:
-    """``sim.analytic.step_time_s`` of each row's batch, in ms, from its features alone
+    """``analytic.step_time_s`` of each row's batch, in ms, from its features alone
     (:func:`batch_work`)."""
     return Roofline.of(cfg, acc).ms(batch_work(np.asarray(rows, dtype=np.float64)))
 

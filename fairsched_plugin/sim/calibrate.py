@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .analytic import layer_dense_time_s
-from .hardware import Accelerator, TransformerConfig, accelerator, model_config
+from ..predictor.analytic import layer_dense_time_s
+from ..predictor.hardware import Accelerator, TransformerConfig, accelerator, model_config
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 SETS = {

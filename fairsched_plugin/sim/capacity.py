@@ -46,7 +46,7 @@ from ..config import ConfigError
 from ..user_files import output_file
 from .cli import add_engine_arguments, case_loader, settings_from_args
 from .engine_settings import SimSettings, SimulationStalled, describe
-from .hardware import PresetError
+from ..predictor.hardware import PresetError
 from .step_models import StepModel, parse_step_model
 
 SERVED = 0.95

@@ -33,7 +33,7 @@ from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR
 from ..predictor.runtime import PredictorError
 from ..user_files import output_dir
-from . import analytic
+from ..predictor import analytic
 from .engine_settings import (
     SimSettings,
     SimulationStalled,
@@ -42,7 +42,7 @@ from .engine_settings import (
     resolve_limits,
     settings_record,
 )
-from .hardware import PresetError
+from ..predictor.hardware import PresetError
 from .routers import DEFAULT_BANDWIDTH_GB_S, ROUTERS, Fleet, parse_fleet
 from .step_models import AnalyticStepModel, OnnxStepModel, StepModel, parse_step_model
 

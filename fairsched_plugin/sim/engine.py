@@ -43,7 +43,7 @@ from ..bench.stand_in_tokens import prompt_token_ids, token_ids
 from ..bench.case_files import WorkloadRequest
 from ..predictor.memory import KvCacheMemory
 from .arrivals import Arrivals
-from .batch import SimBatch
+from ..predictor.batch import SimBatch
 from .clock import VirtualClock
 from .fake_engine import model_runner_output
 from .engine_settings import SimSettings, SimulationStalled

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .analytic import step_time_s
-from .batch import SimBatch
-from .hardware import Accelerator, accelerator, model_config
+from ..predictor.analytic import step_time_s
+from ..predictor.batch import SimBatch
+from ..predictor.hardware import Accelerator, accelerator, model_config
 
 FP8_KV_POST = ("vLLM blog, 'State of FP8 KV-Cache' (2026-04-22), vLLM 0.19.1, FlashAttention 3, "
                "vllm bench serve at concurrency 1")

@@ -23,11 +23,10 @@ import numpy as np
 
 from ..predictor.features import MemoryState, batch_row
 from ..predictor.runtime import LatencyPredictor
-from . import analytic
-from .batch import SimBatch
-from .hardware import Accelerator, PresetError, TransformerConfig, accelerator, model_config
-from .hardware import accelerator_key, field_overrides
-from .hardware import with_overrides
+from ..predictor import analytic
+from ..predictor.batch import SimBatch
+from ..predictor.hardware import Accelerator, PresetError, TransformerConfig, accelerator
+from ..predictor.hardware import accelerator_key, field_overrides, model_config, with_overrides
 
 MIB = float(1 << 20)
 

@@ -28,11 +28,12 @@ from ..bench.traces import at_rate
 from ..config import ConfigError, FairschedConfig
 from ..extras import available, note_no_plots
 from ..user_files import output_dir
-from . import analytic, no_harm
+from . import no_harm
+from ..predictor import analytic
 from .capacity import Capacity, Runner, find_capacity
 from .routers import DEFAULT_BANDWIDTH_GB_S, FLEET_SPEC, Fleet, parse_fleet
 from .devices import DEVICES, serve_defaults
-from .hardware import MODEL_CONFIGS, accelerator, model_config
+from ..predictor.hardware import MODEL_CONFIGS, accelerator, model_config
 from .scenarios import SCENARIOS, Scenario
 from .engine_settings import SimSettings
 from .step_models import AnalyticStepModel

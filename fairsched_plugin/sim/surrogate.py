@@ -25,7 +25,7 @@ from ..predictor.features import FEATURE_NAMES, NUM_FEATURES, MemoryState, batch
 from ..predictor.features import feature_ranges
 from ..predictor.model_format import INPUT_NAME, METADATA_KEY, OUTPUT_NAME
 from ..user_files import output_file
-from .batch import SimBatch
+from ..predictor.batch import SimBatch
 from .step_models import StepModel, parse_step_model
 
 _MEMORY = [FEATURE_NAMES.index(n) for n in

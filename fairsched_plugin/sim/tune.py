@@ -32,7 +32,7 @@ from ..extras import available, note_no_plots
 from ..user_files import output_dir
 from .cli import _with_service, add_engine_arguments, case_loader, settings_from_args
 from .engine_settings import SimulationStalled, describe
-from .hardware import PresetError
+from ..predictor.hardware import PresetError
 from .step_models import parse_step_model
 
 DEFAULT_SPACE = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..predictor.features import BatchStats
+from .features import BatchStats
 
 
 @dataclass(slots=True)
