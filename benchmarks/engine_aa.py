@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from fairsched_plugin.bench.arms import Arm
+    from fairsched_plugin.experiment.arms import Arm
 
 WORKER = "worker"
 INSTANCE = "#"
@@ -67,7 +67,7 @@ def run_worker(args: argparse.Namespace) -> None:
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    from fairsched_plugin.bench.case_files import read_case
+    from fairsched_plugin.experiment.case_files import read_case
 
     case = read_case(args.case)
     kwargs: dict[str, Any] = {}
@@ -290,7 +290,7 @@ class ArmServer:
 def _summary(requests: list[dict[str, Any]], who: str, log: str) -> dict[str, float]:
     """A round's figures from the client's record of every request; an error names the
     failed requests' errors and where to look."""
-    from fairsched_plugin.bench.metrics import summarize_run
+    from fairsched_plugin.experiment.metrics import summarize_run
 
     summary = summarize_run(requests)
     if summary["requests"]["failed"]:
@@ -316,7 +316,7 @@ def _cpu_s(processes: list[Any]) -> float:
 def _arm_env(spec: str, trace: Path) -> tuple[Arm, dict[str, str], Path | None]:
     """The arm ``spec`` names (an instance suffix dropped), the variables that start it
     as ``fairsched bench`` would, and the per-step trace it writes (None: none)."""
-    from fairsched_plugin.bench.arms import parse_arm
+    from fairsched_plugin.experiment.arms import parse_arm
     from fairsched_plugin.bench.runner import arm_env
 
     arm = parse_arm(spec.partition(INSTANCE)[0])
@@ -332,7 +332,7 @@ def _trace_size(trace: Path | None) -> int:
 
 def _trace_steps(trace: Path | None, mark: int) -> dict[str, float]:
     """The steps a plugin arm's trace recorded after byte ``mark``, and their mean time."""
-    from fairsched_plugin.bench.runner import read_jsonl
+    from fairsched_plugin.experiment.run_files import read_jsonl
 
     if trace is None or not trace.exists():
         return {}
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode == WORKER:
         run_worker(args)
         return
-    from fairsched_plugin.bench.case_files import read_case
+    from fairsched_plugin.experiment.case_files import read_case
 
     args.out.mkdir(parents=True, exist_ok=True)
     for old in [*args.out.glob("trace-*.jsonl"), *args.out.glob("*.log")]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fairsched_plugin.bench.report import PAIRED_COLUMNS, paired_ratios, read_report
+from fairsched_plugin.experiment.report import PAIRED_COLUMNS, paired_ratios, read_report
 
 BASELINE = "stock"
 TARGETS: dict[str, dict[str, tuple[str, float]]] = {

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from fairsched_plugin.bench.report import read_report
-from fairsched_plugin.bench.runner import slug
+from fairsched_plugin.experiment.report import read_report
+from fairsched_plugin.experiment.run_files import slug
 from fit_trace_step_model import fit
 
 

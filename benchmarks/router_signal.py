@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fairsched_plugin.bench.arms import STOCK
+from fairsched_plugin.experiment.arms import STOCK
 from fairsched_plugin.predictor.hardware import accelerator, model_config
 from fairsched_plugin.sim.routers import parse_fleet
 from fairsched_plugin.sim.scenarios import SCENARIOS

@@ -22,10 +22,11 @@ import resource
 import time
 from pathlib import Path
 
-from fairsched_plugin.bench.arms import parse_arm
-from fairsched_plugin.bench.pairs import read_pool
-from fairsched_plugin.bench.workloads import build_workload
+from fairsched_plugin.experiment.arms import parse_arm
+from fairsched_plugin.experiment.pairs import read_pool
+from fairsched_plugin.experiment.workloads import build_workload
 from fairsched_plugin.predictor import analytic
+from fairsched_plugin.sim.run_spec import RunSpec
 from fairsched_plugin.sim.engine import simulate
 from fairsched_plugin.sim.engine_settings import SimSettings
 from fairsched_plugin.sim.step_models import AnalyticStepModel, parse_step_model
@@ -50,10 +51,10 @@ def main() -> None:
                                kv_bytes_per_token=model.config.kv_bytes_per_token)
     results = {}
     for spec in ("stock", args.arm):  # warm-up: imports and vLLM's first config are slow
-        simulate(parse_arm(spec), case[:20], model, settings)
+        simulate(RunSpec(parse_arm(spec), case[:20], model, settings))
     for spec in ("stock", args.arm):
         wall, cpu = time.perf_counter(), time.process_time()
-        result = simulate(parse_arm(spec), case, model, settings)
+        result = simulate(RunSpec(parse_arm(spec), case, model, settings))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         results[spec] = (result, wall, cpu)
         t = result.timing

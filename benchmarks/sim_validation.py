@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from fairsched_plugin.bench.report import read_report
+from fairsched_plugin.experiment.report import read_report
 
 METRICS = (("TTFT P50 (ms)", ("latency", "ttft_s", "p50"), 1e3),
            ("TTFT P99 (ms)", ("latency", "ttft_s", "p99"), 1e3),

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fairsched_plugin.bench.report import read_report
+from fairsched_plugin.experiment.report import read_report
 from queued_steps import read_steps, trace_of
 
 TERMS = ("context", "prefills", "running")

@@ -21,7 +21,7 @@ GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
          "check settings as vLLM start-up does, without vLLM"),
     )),
     ("Workloads and the tiny test model", (
-        ("workload", "fairsched_plugin.bench.workload_cli",
+        ("workload", "fairsched_plugin.experiment.workload_cli",
          "list, build and export benchmark workload cases"),
         ("model", "fairsched_plugin.model.tiny",
          "build the tiny random-weight model the tests serve"),

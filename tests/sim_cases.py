@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairsched_plugin.bench.pairs import request_class
-from fairsched_plugin.bench.case_files import WorkloadRequest
+from fairsched_plugin.experiment.pairs import request_class
+from fairsched_plugin.experiment.case_files import WorkloadRequest
 
 REVISION_1_DEFAULT = ("guarded-srpf:lprs.enabled=true:apc.enabled=true:tail_window=0"
                       ":overtake_running=true")

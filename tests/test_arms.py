@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from fairsched_plugin.bench.arms import STOCK, parse_arm, parse_arms
-from fairsched_plugin.bench.cli import SEED002_CATEGORIES, _workload_names, plugin_settings
+from fairsched_plugin.experiment.arms import STOCK, parse_arm, parse_arms
+from fairsched_plugin.experiment.cases import SEED002_CATEGORIES, plugin_settings, workload_names
 from fairsched_plugin.config import ConfigError
 
 SCHEDULER = ("--scheduler-cls", "fairsched_plugin.FairScheduler")
@@ -51,24 +51,22 @@ def test_bad_arms_fail_before_anything_starts(text, settings, needle):
 
 def test_set_turns_dotted_keys_into_variables_and_resolves_paths(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = argparse.Namespace(set=["lprs.target_ms=30", "predictor.path=m.onnx"],
-                              service="ranked", max_batch_size=16)
-    assert plugin_settings(args) == {
+    assert plugin_settings(["lprs.target_ms=30", "predictor.path=m.onnx"], "ranked", 16) == {
         "FAIRSCHED_LPRS_TARGET_MS": "30",
         "FAIRSCHED_PREDICTOR_PATH": str(tmp_path / "m.onnx"),
         "FAIRSCHED_SERVICE": "ranked",
         "FAIRSCHED_MAX_BATCH_SIZE": "16",
     }
     with pytest.raises(ConfigError, match="KEY=VALUE"):
-        plugin_settings(argparse.Namespace(set=["lprs"], service=None, max_batch_size=None))
+        plugin_settings(["lprs"])
 
 
 def test_workload_lists_and_the_seed002_suite():
-    assert _workload_names("seed002") == list(SEED002_CATEGORIES)
-    assert _workload_names("low_load, uniform") == ["low_load", "uniform"]
+    assert workload_names("seed002") == list(SEED002_CATEGORIES)
+    assert workload_names("low_load, uniform") == ["low_load", "uniform"]
     for bad in ("nope", "uniform,uniform", ","):
         with pytest.raises(argparse.ArgumentTypeError):
-            _workload_names(bad)
+            workload_names(bad)
 
 
 def test_arm_parameters_may_be_top_level_or_dotted_config_keys():

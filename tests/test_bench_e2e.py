@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("vllm")
 
 from fairsched_plugin.cli import main  # noqa: E402
-from fairsched_plugin.bench.case_files import WorkloadRequest, write_case  # noqa: E402
+from fairsched_plugin.experiment.case_files import WorkloadRequest, write_case  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from fairsched_plugin.bench.traces import read_trace, trace_case, window
+from fairsched_plugin.experiment.traces import read_trace, trace_case, window
 from fairsched_plugin.sim.capacity import (
     COLLAPSE_LOAD,
     KEEPS_UP,

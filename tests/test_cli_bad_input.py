@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fairsched_plugin.bench.pairs import POOL_FORMAT, POOL_KIND
+from fairsched_plugin.experiment.pairs import POOL_FORMAT, POOL_KIND
 from fairsched_plugin.cli import main
 from fairsched_plugin.predictor.profiling import meta_path
 from fairsched_plugin.user_files import UserFileError, read_text

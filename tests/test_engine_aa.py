@@ -99,7 +99,7 @@ def test_a_real_round_serves_every_arm_the_same_work(tiny_model: Path, tmp_path:
     every arm, the plugin arm's trace is read per round (``fcfs#2``: an instance suffix
     starts the same arm), and the engines stop."""
     pytest.importorskip("vllm")
-    from fairsched_plugin.bench.case_files import WorkloadRequest, write_case
+    from fairsched_plugin.experiment.case_files import WorkloadRequest, write_case
 
     case = tmp_path / "case.jsonl"
     write_case(case, [

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fairsched_plugin.bench.metrics import (
+from fairsched_plugin.experiment.metrics import (
     aggregate_repeats,
     jain_index,
     latency_control,
@@ -213,7 +213,7 @@ def test_aggregate_repeats_of_runs(summary: dict) -> None:
 
 
 def test_queue_time_uses_trace_admission_when_joined() -> None:
-    from fairsched_plugin.bench.metrics import request_latencies
+    from fairsched_plugin.experiment.metrics import request_latencies
 
     request = {"arrival_s": 1.0, "admitted_s": 1.25, "first_token_s": 1.75, "finish_s": 3.0,
                "output_tokens": 6, "error": None}
@@ -270,7 +270,7 @@ def test_summary_takes_the_lprs_target_from_the_trace_and_sums_apc_outcomes():
 
 
 def test_ttft_splits_into_queue_own_prefill_and_after_with_a_trace():
-    from fairsched_plugin.bench.metrics import request_latencies
+    from fairsched_plugin.experiment.metrics import request_latencies
 
     base = {"arrival_s": 1.0, "first_token_s": 2.5, "finish_s": 4.0, "output_tokens": 4}
     split = request_latencies({**base, "admitted_s": 1.75, "prefill_done_s": 2.25})

@@ -193,7 +193,7 @@ def test_the_wheel_runs_the_scheduler_without_onnxruntime(wheel_venv, tmp_path):
 @pytest.mark.slow
 def test_the_wheel_ships_the_azure_trace_with_its_attribution(wheel_venv):
     out = subprocess.run([wheel_venv, "-c", """
-from fairsched_plugin.bench.traces import read_trace, resolve
+from fairsched_plugin.experiment.traces import read_trace, resolve
 print(len(read_trace("azure-conv")), "Splitwise" in (resolve("azure-conv").parent / "README.md").read_text())
 """], capture_output=True, text=True, env=without_pythonpath(), check=False)
     assert out.stdout.split() == ["19366", "True"], out.stderr[-2000:]

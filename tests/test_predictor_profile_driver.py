@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fairsched_plugin.bench.profile import PHASES, ROUND_RATES, RowCounter, phase_plan
-from fairsched_plugin.bench.workloads import WORKLOADS
+from fairsched_plugin.experiment.workloads import WORKLOADS
 
 
 def test_every_round_runs_every_phase_at_the_round_rate():

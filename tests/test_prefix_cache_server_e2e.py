@@ -7,7 +7,7 @@ evicts).
 The requests are the first Mooncake conversation requests at 1/16 scale (a 512-token
 named block becomes 32 tokens, the CPU build's block size: the same sharing, prompts a
 CPU serves in seconds), sent as the stand-in token ids ``bench`` replays
-(``bench.stand_in_tokens``). Their answers name no blocks: the server samples its own,
+(``experiment.stand_in_tokens``). Their answers name no blocks: the server samples its own,
 so the next prompts share only the prompts. Then small agent sessions (a shared system
 prompt, each step resending its session's history, one in five adding a long document),
 sent as requests outside a session: their answers are not the ones the blocks name.
@@ -22,11 +22,12 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from fairsched_plugin.bench import traces  # noqa: E402
-from fairsched_plugin.bench.arms import parse_arm  # noqa: E402
+from fairsched_plugin.experiment import traces  # noqa: E402
+from fairsched_plugin.experiment.arms import parse_arm  # noqa: E402
 from fairsched_plugin.bench.replay import replay  # noqa: E402
 from fairsched_plugin.bench.server import running_server  # noqa: E402
-from fairsched_plugin.bench.sessions import AgentParams, agent_sessions  # noqa: E402
+from fairsched_plugin.experiment.sessions import AgentParams, agent_sessions  # noqa: E402
+from fairsched_plugin.sim.run_spec import RunSpec
 from fairsched_plugin.sim.engine import simulate  # noqa: E402
 from fairsched_plugin.sim.engine_settings import SimSettings  # noqa: E402
 from fairsched_plugin.sim.step_models import LinearStepModel  # noqa: E402
@@ -82,8 +83,8 @@ def test_the_simulated_cache_hits_what_the_servers_cache_hits(tiny_model: Path,
                            max_model_len=MAX_LEN, block_size=BLOCK,
                            kv_cache_tokens=KV_BLOCKS * BLOCK, enable_prefix_caching=True)
     one_after_another = [replace(r, arrival_s=100.0 * i) for i, r in enumerate(case)]
-    run = simulate(parse_arm("stock"), one_after_another,
-                   LinearStepModel(base_s=0.01, per_token_s=0.0001), settings)
+    run = simulate(RunSpec(parse_arm("stock"), one_after_another,
+                           LinearStepModel(base_s=0.01, per_token_s=0.0001), settings))
     simulated = [r["cached_tokens"] for r in run.run["requests"]]
 
     bound = cached_by_oracle(case, BLOCK)

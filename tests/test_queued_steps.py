@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fairsched_plugin.bench.case_files import WorkloadRequest
+from fairsched_plugin.experiment.case_files import WorkloadRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ pytest.importorskip("matplotlib")
 
 from matplotlib.image import imread  # noqa: E402
 
-from fairsched_plugin.bench.report import analyse_runs, render_markdown, write_report  # noqa: E402
+from fairsched_plugin.experiment.report import analyse_runs, render_markdown, write_report  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CLASSES = ("short", "short", "medium", "long")
@@ -205,7 +205,7 @@ def test_control_section_and_deviation_plot_when_a_target_is_given(tmp_path: Pat
 
 
 def test_paired_ratios_pair_repeats_per_case_and_client():
-    from fairsched_plugin.bench.report import paired_ratios
+    from fairsched_plugin.experiment.report import paired_ratios
 
     bench = {"ttft_p50_ms": 100.0, "ttft_mean_ms": 120.0, "ttft_p99_ms": 400.0,
              "e2e_mean_ms": 2000.0, "output_tokens_per_s": 50.0, "completed": 4,
@@ -238,7 +238,7 @@ def test_paired_ratios_pair_repeats_per_case_and_client():
 
 
 def test_no_vllm_bench_table_without_its_figures():
-    from fairsched_plugin.bench.report import paired_ratios
+    from fairsched_plugin.experiment.report import paired_ratios
 
     assert paired_ratios(analyse_runs(runs()), "fcfs", "vllm_bench") == {}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairsched_plugin.bench.runner import case_id_of, join_trace
+from fairsched_plugin.experiment.run_files import case_id_of, join_trace
 
 IDS = {"w-s0-00012", "w-s0-00012-0", "plain"}
 

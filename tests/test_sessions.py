@@ -8,8 +8,8 @@ from collections import defaultdict
 
 import pytest
 
-from fairsched_plugin.bench.pairs import Pair
-from fairsched_plugin.bench.sessions import (AgentParams, ChatParams, agent_sessions,
+from fairsched_plugin.experiment.pairs import Pair
+from fairsched_plugin.experiment.sessions import (AgentParams, ChatParams, agent_sessions,
                                              chat_sessions, conversations, session_blocks)
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fairsched_plugin.bench.arms import parse_arm
+from fairsched_plugin.experiment.arms import parse_arm
+from fairsched_plugin.sim.run_spec import RunSpec
 from fairsched_plugin.sim.disagg import simulate_disagg
 from fairsched_plugin.sim.engine_settings import SimSettings
 from fairsched_plugin.sim.fleet import balance
@@ -30,7 +31,7 @@ def test_each_request_is_prefilled_once_and_decoded_once(spec: str, policy: str,
                                                          async_scheduling: bool) -> None:
     settings = SimSettings(**{**SETTINGS.__dict__, "async_scheduling": async_scheduling})
     case = _burst()
-    run = simulate_disagg(parse_arm(policy), case, STEP, settings, parse_fleet(spec),
+    run = simulate_disagg(RunSpec(parse_arm(policy), case, STEP, settings), parse_fleet(spec),
                           bandwidth_gb_s=2.0).run
     rows = run["requests"]
     assert sorted(r["id"] for r in rows) == sorted(r.id for r in case)
@@ -58,7 +59,7 @@ def test_each_request_is_prefilled_once_and_decoded_once(spec: str, policy: str,
 def test_a_pull_moves_the_prompts_bytes_over_the_link_one_at_a_time() -> None:
     bandwidth_gb_s = 0.25
     case = _burst(60)
-    run = simulate_disagg(parse_arm("stock"), case, STEP, SETTINGS, parse_fleet("1p2d"),
+    run = simulate_disagg(RunSpec(parse_arm("stock"), case, STEP, SETTINGS), parse_fleet("1p2d"),
                           bandwidth_gb_s=bandwidth_gb_s).run
     prompt = {r.id: r.prompt_tokens for r in case}
     spans: dict[int, list[tuple[float, float]]] = {}
@@ -85,7 +86,8 @@ def test_the_prefill_engine_keeps_a_requests_blocks_until_its_pull_ends(
     slow = 1000 * settings.kv_bytes_per_token / 1e9  # a 1-second pull at 1 GB/s
 
     def rows(bandwidth_gb_s: float) -> dict[str, dict]:
-        run = simulate_disagg(parse_arm("stock"), case, STEP, settings, parse_fleet("1p1d"),
+        run = simulate_disagg(RunSpec(parse_arm("stock"), case, STEP, settings),
+                              parse_fleet("1p1d"),
                               bandwidth_gb_s=bandwidth_gb_s).run
         return {r["id"]: r for r in run["requests"]}
 
@@ -128,8 +130,8 @@ def test_the_suite_measures_a_disaggregated_fleet_behind_its_own_capacity() -> N
     from fairsched_plugin.sim.suite import fleet_runner_for, handoff_metrics
 
     runner = fleet_runner_for(parse_fleet("1p1d"), 2.0)
-    result = runner(parse_arm("stock"), _burst(40), LinearStepModel(0.004, 0.00005),
-                    SETTINGS, False)
+    result = runner(RunSpec(parse_arm("stock"), _burst(40), LinearStepModel(0.004, 0.00005),
+                            SETTINGS), False)
     handoff = handoff_metrics(result.run["requests"])
     assert set(handoff) == {"wait_mean", "wait_p99", "pull_mean", "pull_p99"}
     assert 0 < handoff["pull_mean"] <= handoff["pull_p99"]

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fairsched_plugin.bench.arms import parse_arm
-from fairsched_plugin.bench.metrics import summarize_run
-from fairsched_plugin.bench.case_files import WorkloadRequest
+from fairsched_plugin.experiment.arms import parse_arm
+from fairsched_plugin.experiment.metrics import summarize_run
+from fairsched_plugin.experiment.case_files import WorkloadRequest
+from fairsched_plugin.sim.run_spec import RunSpec
 from fairsched_plugin.sim.engine import simulate
 from fairsched_plugin.sim.engine_settings import SimSettings, SimulationStalled
 from fairsched_plugin.sim.step_models import LinearStepModel, parse_step_model
@@ -37,7 +38,7 @@ STEP = LinearStepModel(base_s=0.002, per_token_s=0.0001)
 
 def _run(arm: str, case, tmp_path: Path, settings: SimSettings = SMALL, model=STEP):
     trace = tmp_path / f"{arm.replace(':', '_')}-trace.jsonl"
-    return simulate(parse_arm(arm), case, model, settings, trace_path=trace)
+    return simulate(RunSpec(parse_arm(arm), case, model, settings), trace_path=trace)
 
 
 def test_same_input_same_result(tmp_path: Path) -> None:

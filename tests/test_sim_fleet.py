@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fairsched_plugin.bench import traces
-from fairsched_plugin.bench.arms import parse_arm
-from fairsched_plugin.bench.case_files import WorkloadRequest
+from fairsched_plugin.experiment import traces
+from fairsched_plugin.experiment.arms import parse_arm
+from fairsched_plugin.experiment.case_files import WorkloadRequest
+from fairsched_plugin.sim.run_spec import RunSpec
 from fairsched_plugin.sim.engine import simulate
 from fairsched_plugin.sim.engine_settings import SimSettings
 from fairsched_plugin.sim.fleet import balance, simulate_fleet
@@ -46,9 +47,9 @@ def test_one_engine_behind_any_router_is_the_single_engine_simulator(
     settings = SimSettings(**{**SETTINGS.__dict__, "async_scheduling": async_scheduling})
     arm = parse_arm(policy)
     case = sorted(_burst(), key=lambda r: r.arrival_s)
-    alone = simulate(arm, case, STEP, settings)
+    alone = simulate(RunSpec(arm, case, STEP, settings))
     for router in ("round-robin", "vllm-dp", "llm-d"):
-        fleet = simulate_fleet(arm, case, STEP, settings, 1, router)
+        fleet = simulate_fleet(RunSpec(arm, case, STEP, settings), 1, router)
         assert _without_engine(fleet.run["requests"]) == sorted(
             alone.run["requests"], key=lambda r: (r["arrival_s"], r["id"]))
         assert fleet.virtual_s == alone.virtual_s
@@ -56,7 +57,7 @@ def test_one_engine_behind_any_router_is_the_single_engine_simulator(
 
 def test_every_request_is_served_once_by_the_engine_its_router_chose() -> None:
     case = _burst()
-    run = simulate_fleet(parse_arm("guarded-srpf"), case, STEP, SETTINGS, 4,
+    run = simulate_fleet(RunSpec(parse_arm("guarded-srpf"), case, STEP, SETTINGS), 4,
                          "round-robin").run
     rows = run["requests"]
     assert sorted(r["id"] for r in rows) == sorted(r.id for r in case)
@@ -73,7 +74,7 @@ def test_every_request_is_served_once_by_the_engine_its_router_chose() -> None:
 
 
 def test_a_fleet_keeps_each_engines_trace_apart(tmp_path: Path) -> None:
-    run = simulate_fleet(parse_arm("stock"), _burst(40), STEP, SETTINGS, 2, "vllm-dp",
+    run = simulate_fleet(RunSpec(parse_arm("stock"), _burst(40), STEP, SETTINGS), 2, "vllm-dp",
                          trace_dir=tmp_path).run
     assert {r["engine"] for r in run["trace"]} == {0, 1}
     assert (tmp_path / "engine-0.jsonl").is_file() and (tmp_path / "engine-1.jsonl").is_file()
@@ -142,7 +143,7 @@ def test_llm_d_keeps_conversations_on_the_engine_that_caches_them(tmp_path: Path
     settings = SimSettings(**{**SETTINGS.__dict__, "enable_prefix_caching": True})
     by_router = {}
     for router in ("round-robin", "llm-d"):
-        run = simulate_fleet(parse_arm("stock"), case, STEP, settings, 3, router).run
+        run = simulate_fleet(RunSpec(parse_arm("stock"), case, STEP, settings), 3, router).run
         engine_of = {row["id"]: row["engine"] for row in run["requests"]}
         engines_of: dict[str, set[int]] = {}
         for request in case:
@@ -155,7 +156,7 @@ def test_llm_d_keeps_conversations_on_the_engine_that_caches_them(tmp_path: Path
 
 def test_bad_fleet_input_is_named() -> None:
     with pytest.raises(ValueError, match="at least one engine"):
-        simulate_fleet(parse_arm("stock"), _burst(2), STEP, SETTINGS, 0, "round-robin")
+        simulate_fleet(RunSpec(parse_arm("stock"), _burst(2), STEP, SETTINGS), 0, "round-robin")
     with pytest.raises(ValueError, match="unknown router 'nearest'.*round-robin, vllm-dp, "
                                          "llm-d"):
         make_router("nearest", 2, 1024)
@@ -208,7 +209,7 @@ def test_the_fleet_reports_each_engines_waiting_prompt_tokens() -> None:
             return super().route(request, now, engines)
 
     burst = [_request(i, tokens=400 + i) for i in range(40)]
-    simulate_fleet(parse_arm("stock"), burst, STEP, SETTINGS, 2,
+    simulate_fleet(RunSpec(parse_arm("stock"), burst, STEP, SETTINGS), 2,
                    Recording(2, 1 << 14, queue_by_work=True))
     # All arrive at once: before the first step, every routed prompt still waits.
     routed = [0, 0]

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from fairsched_plugin.bench import traces
-from fairsched_plugin.bench.arms import parse_arm
-from fairsched_plugin.bench.sessions import AgentParams, agent_sessions
-from fairsched_plugin.bench.stand_in_tokens import sequence, token_ids
+from fairsched_plugin.experiment import traces
+from fairsched_plugin.experiment.arms import parse_arm
+from fairsched_plugin.experiment.sessions import AgentParams, agent_sessions
+from fairsched_plugin.experiment.stand_in_tokens import sequence, token_ids
+from fairsched_plugin.sim.run_spec import RunSpec
 from fairsched_plugin.sim.engine import simulate
 from fairsched_plugin.sim.engine_settings import SimSettings
 from fairsched_plugin.sim.step_models import LinearStepModel
@@ -55,7 +56,8 @@ def test_a_mooncake_window_hits_the_cache_where_the_oracle_does() -> None:
     """Async (the conversation test below runs both modes)."""
     case = _one_after_another(traces.trace_case(
         traces.window(traces.read_trace("mooncake-conv"), 20), "mooncake-conv"))
-    run = simulate(parse_arm("stock"), case, STEP, replace(SETTINGS, async_scheduling=True))
+    run = simulate(RunSpec(parse_arm("stock"), case, STEP,
+                           replace(SETTINGS, async_scheduling=True)))
     got = [r["cached_tokens"] for r in run.run["requests"]]
     expected = cached_by_oracle(case)
     assert got == expected
@@ -73,8 +75,8 @@ def test_a_conversations_next_turn_finds_its_prompt_and_answer_cached(
         {"arrival_s": 3, "prompt_tokens": 900, "output_tokens": 5, "session": "a", "turn": 3},
     ]))
     case = _one_after_another(traces.load_trace_case(log))
-    run = simulate(parse_arm("guarded-srpf"), case, STEP,
-                   replace(SETTINGS, async_scheduling=async_scheduling))
+    run = simulate(RunSpec(parse_arm("guarded-srpf"), case, STEP,
+                           replace(SETTINGS, async_scheduling=async_scheduling)))
     got = [r["cached_tokens"] for r in run.run["requests"]]
     assert got == cached_by_oracle(case)
     # Turn 2 repeats turn 1's 300 + 100 tokens: all of them but the never-computed last
@@ -86,13 +88,14 @@ def test_a_conversations_next_turn_finds_its_prompt_and_answer_cached(
 def test_without_the_cache_nothing_is_found() -> None:
     case = _one_after_another(traces.trace_case(
         traces.window(traces.read_trace("mooncake-conv"), 5), "mooncake-conv"))
-    run = simulate(parse_arm("stock"), case, STEP, replace(SETTINGS, enable_prefix_caching=False))
+    run = simulate(RunSpec(parse_arm("stock"), case, STEP,
+                           replace(SETTINGS, enable_prefix_caching=False)))
     assert [r["cached_tokens"] for r in run.run["requests"]] == [0] * 5
 
 
 def test_agent_sessions_hit_the_shared_system_prompt_and_their_own_history() -> None:
     case = _one_after_another(agent_sessions(24, AgentParams(max_tokens=30_000)))
-    run = simulate(parse_arm("guarded-srpf"), case, STEP, SETTINGS)
+    run = simulate(RunSpec(parse_arm("guarded-srpf"), case, STEP, SETTINGS))
     got = [r["cached_tokens"] for r in run.run["requests"]]
     assert got == cached_by_oracle(case)
     firsts = [g for g, r in zip(got, case) if r.turn == 1]

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fairsched_plugin.bench import traces
-from fairsched_plugin.bench.arms import parse_arm
+from fairsched_plugin.experiment import traces
+from fairsched_plugin.experiment.arms import parse_arm
+from fairsched_plugin.sim.run_spec import RunSpec
 from fairsched_plugin.sim.engine import simulate
 from fairsched_plugin.sim.engine_settings import SimSettings
 from fairsched_plugin.sim.step_models import LinearStepModel
@@ -35,8 +36,8 @@ def _chat(tmp_path: Path):
 def test_closed_loop_sends_each_turn_its_think_time_after_the_previous_answer(
         tmp_path: Path) -> None:
     case = _chat(tmp_path)
-    rows = {r["id"]: r for r in simulate(parse_arm("stock"), case, STEP, SETTINGS,
-                                         closed_loop=True).run["requests"]}
+    rows = {r["id"]: r for r in simulate(RunSpec(parse_arm("stock"), case, STEP, SETTINGS,
+                                                 closed_loop=True)).run["requests"]}
     first, second, third = rows["chat-0"], rows["chat-2"], rows["chat-4"]
     assert first["arrival_s"] == 0.0
     # The recorded gap between the turns' arrivals is the think time.
@@ -49,8 +50,8 @@ def test_closed_loop_sends_each_turn_its_think_time_after_the_previous_answer(
 
 def test_open_loop_replays_every_turn_at_its_recorded_time(tmp_path: Path) -> None:
     case = _chat(tmp_path)
-    rows = {r["id"]: r for r in simulate(parse_arm("stock"), case, STEP,
-                                         SETTINGS).run["requests"]}
+    rows = {r["id"]: r for r in simulate(RunSpec(parse_arm("stock"), case, STEP,
+                                                 SETTINGS)).run["requests"]}
     assert [rows[f"chat-{i}"]["arrival_s"] for i in range(5)] == [0.0, 0.1, 0.5, 0.6, 2.0]
     # Turn 2 was sent before turn 1's answer: what open loop gets wrong.
     assert rows["chat-2"]["arrival_s"] < rows["chat-0"]["finish_s"]
@@ -68,8 +69,8 @@ def test_under_closed_loop_an_order_that_answers_sooner_brings_the_next_turn_soo
     case = traces.load_trace_case(log)
     arrivals = {}
     for arm in ("stock", "spf"):
-        rows = {r["id"]: r for r in simulate(parse_arm(arm), case, STEP, SETTINGS,
-                                             closed_loop=True).run["requests"]}
+        rows = {r["id"]: r for r in simulate(RunSpec(parse_arm(arm), case, STEP, SETTINGS,
+                                                     closed_loop=True)).run["requests"]}
         assert rows["race-2"]["arrival_s"] == pytest.approx(rows["race-1"]["finish_s"] + 0.999)
         arrivals[arm] = rows["race-2"]["arrival_s"]
     # FCFS prefills the 2,000-token prompt first; shortest-first answers turn 1 at once.

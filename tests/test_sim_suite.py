@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fairsched_plugin.bench.arms import parse_arm
+from fairsched_plugin.experiment.arms import parse_arm
 from fairsched_plugin.sim import published
+from fairsched_plugin.sim.run_spec import RunSpec
 from fairsched_plugin.sim.clock import VirtualClock
 from fairsched_plugin.sim.devices import serve_defaults
 from fairsched_plugin.sim.engine import TOO_LONG, simulate
@@ -30,7 +31,7 @@ def test_a_prompt_up_to_max_model_len_simulates_and_a_longer_one_is_rejected() -
     settings = SimSettings(max_num_batched_tokens=8192, max_num_seqs=64,
                            max_model_len=131_072, kv_cache_tokens=400_000)
     case = token_case([(0.0, 120_000, 4), (0.01, 100, 4), (0.02, 140_000, 4), (0.03, 33_000, 4)])
-    run = simulate(parse_arm("stock"), case, STEP, settings).run
+    run = simulate(RunSpec(parse_arm("stock"), case, STEP, settings)).run
     errors = {r["id"]: r["error"] for r in run["requests"]}
     assert errors == {"r0000": None, "r0001": None, "r0002": TOO_LONG, "r0003": None}
     assert all(r["output_tokens"] == 4 for r in run["requests"] if r["error"] is None)
@@ -57,8 +58,8 @@ def test_async_outputs_arrive_a_step_late_for_a_request_that_lands_mid_step() ->
     settings = SimSettings(max_num_batched_tokens=64, max_num_seqs=16)
     ttft = {}
     for mode in (False, True):
-        run = simulate(parse_arm("stock"), case, STEP,
-                       SimSettings(**{**settings.__dict__, "async_scheduling": mode})).run
+        run = simulate(RunSpec(parse_arm("stock"), case, STEP,
+                               SimSettings(**{**settings.__dict__, "async_scheduling": mode}))).run
         row = next(r for r in run["requests"] if r["id"] == "r0001")
         ttft[mode] = row["first_token_s"] - row["arrival_s"]
         assert all(r["output_tokens"] == r["target_output_tokens"] for r in run["requests"])

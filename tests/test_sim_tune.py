@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fairsched_plugin.bench.case_files import WorkloadRequest
+from fairsched_plugin.experiment.case_files import WorkloadRequest
 from fairsched_plugin.config import load_config
 from fairsched_plugin.sim.tune import Candidate, expand, frontier, judge
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fairsched_plugin.bench import traces
-from fairsched_plugin.bench.traces import TraceFormatError
+from fairsched_plugin.experiment import traces
+from fairsched_plugin.experiment.traces import TraceFormatError
 
 
 def test_the_packaged_trace_is_the_azure_conversation_trace_with_its_attribution() -> None:
@@ -72,7 +72,7 @@ def test_windows_and_rates_out_of_range_are_refused() -> None:
 
 
 def test_prompts_have_exactly_the_recorded_token_counts(tiny_model: Path) -> None:
-    from fairsched_plugin.bench.pairs import load_tokenizer
+    from fairsched_plugin.experiment.pairs import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model)
     case = traces.load_trace_case("azure-conv", num_requests=40, rate=10)
@@ -99,8 +99,8 @@ def test_workload_build_writes_a_trace_case(tmp_path: Path, tiny_model: Path,
 
 
 def test_bench_replays_a_trace_with_exact_prompts(tiny_model: Path) -> None:
-    from fairsched_plugin.bench.cli import load_cases
-    from fairsched_plugin.bench.pairs import load_tokenizer
+    from fairsched_plugin.experiment.cases import load_cases
+    from fairsched_plugin.experiment.pairs import load_tokenizer
     from fairsched_plugin.cli import build_parser
 
     args = build_parser().parse_args(

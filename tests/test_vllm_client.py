@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fairsched_plugin.bench import case_files, vllm_client
-from fairsched_plugin.bench.case_files import WorkloadRequest
+from fairsched_plugin.bench import vllm_client
+from fairsched_plugin.experiment import case_files
+from fairsched_plugin.experiment.case_files import WorkloadRequest
 
 
 def case(arrivals):

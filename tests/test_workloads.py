@@ -14,14 +14,14 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("ijson")
 
-from fairsched_plugin.bench import case_files, workload_cli  # noqa: E402
-from fairsched_plugin.bench.case_files import (  # noqa: E402
+from fairsched_plugin.experiment import case_files, workload_cli  # noqa: E402
+from fairsched_plugin.experiment.case_files import (  # noqa: E402
     CaseFormatError,
     WorkloadRequest,
     read_case,
     write_case,
 )
-from fairsched_plugin.bench.pairs import (  # noqa: E402
+from fairsched_plugin.experiment.pairs import (  # noqa: E402
     PairPool,
     assign_tiers,
     build_pool,
@@ -30,7 +30,7 @@ from fairsched_plugin.bench.pairs import (  # noqa: E402
     request_class,
     write_pool,
 )
-from fairsched_plugin.bench.workloads import (  # noqa: E402
+from fairsched_plugin.experiment.workloads import (  # noqa: E402
     WORKLOADS,
     build_workload,
     clustered_arrivals,

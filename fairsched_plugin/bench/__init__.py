@@ -1,1 +1,2 @@
-"""Workloads, replay, metrics and reports for comparing scheduling policies."""
+"""A real server: starting it, the replay client, vLLM's own benchmark client, the runner that
+replays each arm, and the profiling run."""

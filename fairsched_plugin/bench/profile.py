@@ -34,8 +34,8 @@ from ..user_files import output_file
 from .server import add_engine_limit_arguments
 
 if TYPE_CHECKING:
-    from .case_files import WorkloadRequest
-    from .pairs import PairPool
+    from ..experiment.case_files import WorkloadRequest
+    from ..experiment.pairs import PairPool
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class RowCounter:
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     # The server, replay and model-building code loads only when the command runs.
     from ..model.tiny import DEFAULT_MODEL_DIR
-    from .workload_cli import add_pool_arguments
+    from ..experiment.workload_cli import add_pool_arguments
 
     profile = subparsers.add_parser(
         "profile",
@@ -135,7 +135,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
-    from .cli import load_pool
+    from ..experiment.cases import load_pool
     from .runner import EngineSettings
     from .server import ServerError, running_server
 
@@ -224,7 +224,7 @@ def collect(
 def _phase_cases(
     args: argparse.Namespace, pool: PairPool, phase: Phase, rate: float, seed: int
 ) -> list[WorkloadRequest]:
-    from .workloads import build_workload
+    from ..experiment.workloads import build_workload
 
     return build_workload(
         phase.workload,

@@ -21,7 +21,7 @@ import aiohttp
 from tqdm import tqdm
 
 from .openai_stream import sse_payload, streamed_completion_body
-from .stand_in_tokens import prompt_token_ids
+from ..experiment.stand_in_tokens import prompt_token_ids
 
 
 @dataclass

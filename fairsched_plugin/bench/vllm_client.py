@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .case_files import WorkloadRequest, mean_rate, write_vllm_custom
+from ..experiment.case_files import WorkloadRequest, mean_rate, write_vllm_custom
 
 RESULT_FILE = "vllm-bench.json"
 METRICS = {

@@ -2,8 +2,8 @@
 
 A case is what one benchmark run replays: one request per line, each with its arrival
 offset, prompt and target output length. Every producer of cases (the named workloads in
-``bench.workloads``, the production traces in ``bench.traces``, the sessions in
-``bench.sessions``) makes :class:`WorkloadRequest` records, and every consumer (the replay
+``experiment.workloads``, the production traces in ``experiment.traces``, the sessions in
+``experiment.sessions``) makes :class:`WorkloadRequest` records, and every consumer (the replay
 client, vLLM's benchmark client, the simulator) takes them, from memory or from a file
 :func:`read_case` checked. This module is the format both sides share, so it imports
 none of them.

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fairsched_plugin.bench.metrics import (
+from fairsched_plugin.experiment.metrics import (
     CLASS_ORDER,
     aggregate_repeats,
     is_completed,
@@ -264,7 +264,7 @@ def _header(analysis: Mapping[str, Any], baseline: str, config: Mapping[str, Any
         "Latencies are over completed requests; failed requests are counted in section 4. "
         "TTFT = first token - send time, E2E = last token - send time (client clock); "
         "throughput counts completed requests over first send to last finish. "
-        "Definitions: `fairsched_plugin.bench.metrics`.",
+        "Definitions: `fairsched_plugin.experiment.metrics`.",
     ]
     return "\n".join(lines)
 

@@ -3,8 +3,8 @@ named workload or a window of a production trace) and export a case for ``vllm b
 serve``.
 
 The verbs and their argument helpers live here rather than beside the generators: a case
-comes from ``bench.workloads`` or ``bench.traces`` and is written with
-``bench.case_files``, so the command line is the one module that needs all three.
+comes from ``experiment.workloads`` or ``experiment.traces`` and is written with
+``experiment.case_files``, so the command line is the one module that needs all three.
 ``bench``, ``simulate`` and ``profile`` reuse its pool options (:func:`add_pool_arguments`,
 :func:`build_pool_from_args`); ``bench`` also its sizing options
 (:func:`build_workload_from_args`).

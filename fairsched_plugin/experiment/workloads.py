@@ -2,11 +2,11 @@
 ``WORKLOADS`` registry.
 
 Every named workload is a seeded generator over a ShareGPT pair pool
-(``fairsched_plugin.bench.pairs``) that returns a case (``bench.case_files``: one
+(``fairsched_plugin.experiment.pairs``) that returns a case (``experiment.case_files``: one
 ``WorkloadRequest`` per request, with its arrival offset, prompt and target output
 length): the same pool and seed give the identical case, so every policy in a comparison
 sees the same traffic. The ``fairsched workload`` verbs that build and write cases are
-in ``bench.workload_cli``; production traces are in ``bench.traces``.
+in ``experiment.workload_cli``; production traces are in ``experiment.traces``.
 
 Workloads (defaults sized for one GPU serving a small model; ``WORKLOADS`` holds them):
 
@@ -62,7 +62,7 @@ Details that hold for every workload:
 - ``max_prompt_tokens`` / ``max_output_tokens`` leave pairs above the cap out of the
   draw, so lengths stay as ShareGPT has them (seed 000's Aging runs: 512 / 512).
 - ``output_tokens`` is the pair's response length and ``prompt_tokens`` the pool's
-  count, the BOS included (see ``bench.case_files`` for what the replay does with them).
+  count, the BOS included (see ``experiment.case_files`` for what the replay does with them).
 - ``apc_mix`` prompts are ShareGPT prompts cut, with the served tokenizer, to a
   length drawn uniformly from the range, verified by re-encoding. Long requests are
   ``round(n / 50)`` of ``n``, placed at random. Output lengths are drawn from the

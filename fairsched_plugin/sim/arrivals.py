@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..bench.case_files import WorkloadRequest
+from ..experiment.case_files import WorkloadRequest
 
 
 class Arrivals:

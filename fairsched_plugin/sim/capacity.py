@@ -39,13 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from ..bench.arms import STOCK, Arm
-from ..bench.case_files import WorkloadRequest
-from ..bench.traces import at_rate
+from ..experiment.arms import STOCK, Arm
+from ..experiment.case_files import WorkloadRequest
+from ..experiment.traces import at_rate
 from ..config import ConfigError
 from ..user_files import output_file
 from .cli import add_engine_arguments, case_loader, settings_from_args
 from .engine_settings import SimSettings, SimulationStalled, describe
+from .run_spec import RunSpec
 from ..predictor.hardware import PresetError
 from .step_models import StepModel, parse_step_model
 
@@ -100,18 +101,16 @@ class BacklogProbe:
     median_ttft_s: float | None
 
 
-Runner = Callable[[Arm, Sequence[WorkloadRequest], StepModel, SimSettings, bool], Any]
-"""Runs an arm on a case to completion, or to the first step after the last arrival when
-told (``engine.simulate``'s ``stop_at_last_arrival``); returns its ``SimRun``."""
+Runner = Callable[[RunSpec, bool], Any]
+"""Runs a spec to completion, or to the first step after the last arrival when told
+(``engine.simulate``'s ``stop_at_last_arrival``); returns its ``SimRun``."""
 
 
-def one_engine(arm: Arm, case: Sequence[WorkloadRequest], step_model: StepModel,
-               settings: SimSettings, stop_at_last_arrival: bool) -> Any:
+def one_engine(spec: RunSpec, stop_at_last_arrival: bool) -> Any:
     """The default :data:`Runner`: one engine."""
     from .engine import simulate
 
-    return simulate(arm, case, step_model, settings, None,
-                    stop_at_last_arrival=stop_at_last_arrival)
+    return simulate(spec, None, stop_at_last_arrival)
 
 
 def find_capacity(case: Sequence[WorkloadRequest], step_model: StepModel,
@@ -144,7 +143,7 @@ def saturated_rate(case: Sequence[WorkloadRequest], step_model: StepModel,
                    settings: SimSettings, run: Runner = one_engine) -> Capacity:
     """Stock's completion rate with the whole window queued at once (module docstring)."""
     queued = [replace(r, arrival_s=0.0) for r in case]
-    result = run(Arm(STOCK, {}), queued, step_model, settings, False)
+    result = run(RunSpec(Arm(STOCK, {}), queued, step_model, settings), False)
     rows = [r for r in result.run["requests"] if r["error"] is None]
     if len(rows) < 2:
         raise WindowTooSmall(f"the window has {len(rows)} servable request(s); capacity "
@@ -185,7 +184,7 @@ def backlog_check(case: Sequence[WorkloadRequest], capacity: float, load: float,
     whether stock's backlog grows (the check of the capacity against its definition)."""
     rate = load * capacity
     scaled = at_rate(case, rate)
-    result = run(Arm(STOCK, {}), scaled, step_model, settings, True)
+    result = run(RunSpec(Arm(STOCK, {}), scaled, step_model, settings), True)
     rows = [r for r in result.run["requests"] if r["error"] is None]
     end = scaled[-1].arrival_s
     arrived = np.sort([r["arrival_s"] for r in rows])

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..bench.arms import ARMS_HELP, parse_arms
-from ..bench.cli import (
-    _workload_names,
+from ..experiment.arms import ARMS_HELP, parse_arms
+from ..experiment.cases import (
+    workload_names,
     add_sampling_arguments,
     build_cases,
     load_pool,
@@ -23,11 +23,11 @@ from ..bench.cli import (
     workload_label,
     write_cases,
 )
-from ..bench.case_files import case_summary, read_case
-from ..bench.report import analyse_runs, render_markdown, write_report
-from ..bench.traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
-from ..bench.workload_cli import add_pool_arguments
-from ..bench.workloads import WORKLOADS
+from ..experiment.case_files import case_summary, read_case
+from ..experiment.report import analyse_runs, render_markdown, write_report
+from ..experiment.traces import add_trace_arguments, check_trace_arguments, trace_cases_from_args
+from ..experiment.workload_cli import add_pool_arguments
+from ..experiment.workloads import WORKLOADS
 from ..cli_types import positive_float, positive_int
 from ..config import ConfigError
 from ..model.tiny import DEFAULT_MODEL_DIR
@@ -55,7 +55,7 @@ MIB = 1 << 20
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """Workload, engine and step-model options shared by ``simulate`` and ``tune``."""
     case = parser.add_mutually_exclusive_group(required=True)
-    case.add_argument("--workload", type=_workload_names, metavar="NAME[,NAME...]",
+    case.add_argument("--workload", type=workload_names, metavar="NAME[,NAME...]",
                       help="generate these workloads: " + ", ".join(WORKLOADS)
                            + " or 'seed002'")
     case.add_argument("--case", type=Path, help="replay this case file (JSONL)")
@@ -179,7 +179,7 @@ def case_loader(args: argparse.Namespace):
 
 def main(args: argparse.Namespace) -> int:
     try:
-        arms = parse_arms(args.arms, plugin_settings(_with_service(args)))
+        arms = parse_arms(args.arms, plugin_settings(args.set))
         model = parse_step_model(args.step_model)
         output_dir(args.out)  # before a pool is tokenized, which takes minutes
         cases_for = case_loader(args)
@@ -299,11 +299,6 @@ def fleet_balance_lines(runs: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def _with_service(args: argparse.Namespace) -> argparse.Namespace:
-    """``plugin_settings`` reads bench's service options; the simulator has none."""
-    return argparse.Namespace(**{**vars(args), "service": None, "max_batch_size": None})
-
-
 def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model: StepModel,
                       settings: SimSettings, sources: dict[str, str],
                       fleet: Fleet | None) -> dict[str, Any]:
@@ -315,7 +310,7 @@ def simulation_config(args: argparse.Namespace, arms: list, cases: Cases, model:
         "arms": [arm.name for arm in arms],
         "workload": workload_label(args),
         "case": {name: case_summary(case) for name, case in cases.items()},
-        "plugin_settings": plugin_settings(_with_service(args)),
+        "plugin_settings": plugin_settings(args.set),
         "engine": settings_record(settings, sources),
         "arrivals": ("closed loop: a session's later turns a think time after the previous "
                      "answer" if args.closed_loop else "open loop: every request at its "

@@ -29,35 +29,26 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..bench.arms import Arm, parse_arm
-from ..bench.case_files import WorkloadRequest
+from ..experiment.arms import Arm, parse_arm
+from ..experiment.case_files import WorkloadRequest
 from .arrivals import Arrivals
 from .engine import EngineLoop, SimRun, engine_request_id
-from .engine_settings import SimSettings
 from .fleet import drive, engine_share, engine_state
 from .kv_transfer import decode_params, prefill_params
 from .routers import DEFAULT_BANDWIDTH_GB_S, Fleet, make_router
+from .run_spec import RunSpec
 from .scheduler_factory import KvTransfer
 from .step_models import StepModel
 
-def simulate_disagg(
-    arm: Arm,
-    case: Iterable[WorkloadRequest],
-    step_model: StepModel,
-    settings: SimSettings,
-    fleet: Fleet,
-    trace_dir: Path | None = None,
-    category: str | None = None,
-    closed_loop: bool = False,
-    bandwidth_gb_s: float = DEFAULT_BANDWIDTH_GB_S,
-) -> SimRun:
-    """Run ``arm`` on the prefill pool of the disaggregated ``fleet`` (and on its decode
-    pool, unless ``fleet.decode_arm`` names another), every engine with ``settings``, to
+def simulate_disagg(spec: RunSpec, fleet: Fleet, trace_dir: Path | None = None,
+                    bandwidth_gb_s: float = DEFAULT_BANDWIDTH_GB_S) -> SimRun:
+    """Run ``spec``'s arm on the prefill pool of the disaggregated ``fleet`` (and on its
+    decode pool, unless ``fleet.decode_arm`` names another), every engine with its settings, to
     completion. ``trace_dir``: where each engine's trace goes (``prefill-<i>.jsonl``,
     ``decode-<j>.jsonl``; None: no trace). Raises ``SimulationStalled`` as
     :func:`engine.simulate` does."""
@@ -65,10 +56,11 @@ def simulate_disagg(
         raise ValueError(f"{fleet} is not a disaggregated fleet")
     if bandwidth_gb_s <= 0:
         raise ValueError(f"the KV transfer bandwidth must be positive, not {bandwidth_gb_s}")
+    arm, settings = spec.arm, spec.settings
     decode_arm = parse_arm(fleet.decode_arm) if fleet.decode_arm else arm
     prefill_router = make_router(fleet.router, fleet.engines, settings.kv_cache_tokens)
     decode_router = make_router(fleet.router, fleet.decode_engines, settings.kv_cache_tokens)
-    arrivals = Arrivals(case, closed_loop)
+    arrivals = Arrivals(spec.case, spec.closed_loop)
     handoffs: list[tuple[float, int, WorkloadRequest]] = []
     on_prefill: dict[str, tuple[int, WorkloadRequest]] = {}
     on_decode: dict[str, int] = {}
@@ -94,7 +86,7 @@ def simulate_disagg(
     def engine(pool: str, i: int, run: Arm, done: Callable[[str, float], None],
                role: str) -> EngineLoop:
         trace = trace_dir / f"{pool}-{i}.jsonl" if trace_dir is not None else None
-        return EngineLoop(run, step_model, settings, trace, done,
+        return EngineLoop(run, spec.step_model, settings, trace, done,
                           KvTransfer(role, bandwidth_gb_s))
 
     prefill = [engine("prefill", i, arm, prefilled, "kv_producer")
@@ -130,7 +122,8 @@ def simulate_disagg(
 
     engines = prefill + decode
     total = drive(engines, next_arrival, deliver, lambda: not arrivals.exhausted)
-    run = _disagg_run(prefill, decode, pulls, fleet, bandwidth_gb_s, step_model, category)
+    run = _disagg_run(prefill, decode, pulls, fleet, bandwidth_gb_s, spec.step_model,
+                      spec.category)
     return SimRun(run, total, max(e.clock.now for e in engines))
 
 
@@ -185,14 +178,12 @@ def _disagg_run(prefill: list[EngineLoop], decode: list[EngineLoop],
     return run
 
 
-def disagg_runner(fleet: Fleet, bandwidth_gb_s: float = DEFAULT_BANDWIDTH_GB_S,
-                  closed_loop: bool = False) -> Callable[..., SimRun]:
+def disagg_runner(fleet: Fleet, bandwidth_gb_s: float = DEFAULT_BANDWIDTH_GB_S
+                  ) -> Callable[[RunSpec, bool], SimRun]:
     """A ``capacity.Runner`` for a disaggregated fleet (always to completion, as
     ``fleet.fleet_runner``)."""
 
-    def run(arm: Arm, case: Sequence[WorkloadRequest], step_model: StepModel,
-            settings: SimSettings, stop_at_last_arrival: bool) -> SimRun:
-        return simulate_disagg(arm, case, step_model, settings, fleet,
-                               closed_loop=closed_loop, bandwidth_gb_s=bandwidth_gb_s)
+    def run(spec: RunSpec, stop_at_last_arrival: bool) -> SimRun:
+        return simulate_disagg(spec, fleet, bandwidth_gb_s=bandwidth_gb_s)
 
     return run

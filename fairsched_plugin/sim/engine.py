@@ -15,7 +15,7 @@ N + 1 starts then.
 Each request emits exactly its target output tokens (EOS ignored), so token accounting is
 exact by construction and checked at the end.
 
-The result is a run in the shape ``bench.report`` reads (``bench.runner.save_run``):
+The result is a run in the shape ``experiment.report`` reads (``bench.runner.save_run``, ``experiment.run_files``):
 client-side times (arrival, first token, finish) are virtual times, the trace is the
 plugin's own step monitor's (or, for stock vLLM, the same monitor driven from here).
 """
@@ -23,7 +23,7 @@ plugin's own step monitor's (or, for stock vLLM, the same monitor driven from he
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,16 +37,17 @@ from vllm.v1.request import Request
 from ..adapter.profiling import kv_state_reader
 from ..adapter.request_views import has_prefill_work
 from ..adapter.steps import StepMonitor
-from ..bench.arms import STOCK, Arm
-from ..bench.runner import join_trace, read_jsonl
-from ..bench.stand_in_tokens import prompt_token_ids, token_ids
-from ..bench.case_files import WorkloadRequest
+from ..experiment.arms import STOCK, Arm
+from ..experiment.run_files import join_trace, read_jsonl
+from ..experiment.stand_in_tokens import prompt_token_ids, token_ids
+from ..experiment.case_files import WorkloadRequest
 from ..predictor.memory import KvCacheMemory
 from .arrivals import Arrivals
 from ..predictor.batch import SimBatch
 from .clock import VirtualClock
 from .fake_engine import model_runner_output
 from .engine_settings import SimSettings, SimulationStalled
+from .run_spec import RunSpec
 from .scheduler_factory import KvTransfer, make_arm_scheduler
 from .step_models import AnalyticStepModel, StepModel
 
@@ -332,28 +333,18 @@ class EngineLoop:
                          "step_model": self.step_model.description}}
 
 
-def simulate(
-    arm: Arm,
-    case: Iterable[WorkloadRequest],
-    step_model: StepModel,
-    settings: SimSettings,
-    trace_path: Path | None = None,
-    category: str | None = None,
-    stop_at_last_arrival: bool = False,
-    closed_loop: bool = False,
-) -> SimRun:
-    """Run ``arm`` on ``case`` to completion on a virtual clock, or, with
+def simulate(spec: RunSpec, trace_path: Path | None = None,
+             stop_at_last_arrival: bool = False) -> SimRun:
+    """Run ``spec``'s arm on its case to completion on a virtual clock, or, with
     ``stop_at_last_arrival``, until the first step that starts after the last arrival
-    (the requests then unfinished keep their partial rows). With ``closed_loop`` a
-    session's later turns arrive a think time after the previous turn's answer
-    (``arrivals``); otherwise every request arrives as recorded.
+    (the requests then unfinished keep their partial rows).
 
     ``trace_path``: where the per-step trace goes (None: no trace). Raises
-    :class:`SimulationStalled` past ``settings.max_virtual_s`` or when a step schedules
+    :class:`SimulationStalled` past ``spec.settings.max_virtual_s`` or when a step schedules
     nothing while requests wait and nothing more will arrive.
     """
-    arrivals = Arrivals(case, closed_loop)
-    engine = EngineLoop(arm, step_model, settings, trace_path, arrivals.done)
+    arrivals = Arrivals(spec.case, spec.closed_loop)
+    engine = EngineLoop(spec.arm, spec.step_model, spec.settings, trace_path, arrivals.done)
     last_arrival = -1.0
     try:
         while True:
@@ -372,8 +363,8 @@ def simulate(
     finally:
         engine.close()
     run = engine.run(complete=not stop_at_last_arrival)
-    if category is not None:
-        run["category"] = category
+    if spec.category is not None:
+        run["category"] = spec.category
     return SimRun(run, engine.timing, engine.clock.now)
 
 

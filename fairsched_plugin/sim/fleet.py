@@ -17,16 +17,16 @@ engine: steps of different engines overlap in time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..bench.arms import Arm
-from ..bench.case_files import WorkloadRequest
+from ..experiment.case_files import WorkloadRequest
 from .arrivals import Arrivals
 from .engine import EngineLoop, SimRun, Timing
-from .engine_settings import SimSettings, SimulationStalled
+from .engine_settings import SimulationStalled
 from .routers import EngineState, Router, make_router
+from .run_spec import RunSpec
 from .step_models import StepModel
 
 
@@ -43,27 +43,18 @@ def engine_state(engine: EngineLoop, work: bool = False) -> EngineState:
     return EngineState(waiting, running, float(scheduler.kv_cache_manager.usage), queued)
 
 
-def simulate_fleet(
-    arm: Arm,
-    case: Iterable[WorkloadRequest],
-    step_model: StepModel,
-    settings: SimSettings,
-    num_engines: int,
-    router: str | Router,
-    trace_dir: Path | None = None,
-    category: str | None = None,
-    closed_loop: bool = False,
-) -> SimRun:
-    """Run ``arm`` on every engine of a fleet of ``num_engines`` behind ``router`` (a
+def simulate_fleet(spec: RunSpec, num_engines: int, router: str | Router,
+                   trace_dir: Path | None = None) -> SimRun:
+    """Run ``spec``'s arm on every engine of a fleet of ``num_engines`` behind ``router`` (a
     name from ``routers.ROUTERS`` or a router), to completion. ``trace_dir``: where each
     engine's trace goes (``engine-<i>.jsonl``; None: no trace). Raises
     :class:`SimulationStalled` as :func:`engine.simulate` does."""
     if num_engines < 1:
         raise ValueError(f"a fleet needs at least one engine, not {num_engines}")
     if isinstance(router, str):
-        router = make_router(router, num_engines, settings.kv_cache_tokens)
+        router = make_router(router, num_engines, spec.settings.kv_cache_tokens)
     reads_work = getattr(router, "queue_by_work", False)
-    arrivals = Arrivals(case, closed_loop)
+    arrivals = Arrivals(spec.case, spec.closed_loop)
     routed: dict[str, tuple[int, WorkloadRequest]] = {}
 
     def finished(case_id: str, at_s: float) -> None:
@@ -72,7 +63,7 @@ def simulate_fleet(
         arrivals.done(case_id, at_s)
 
     engines = [
-        EngineLoop(arm, step_model, settings,
+        EngineLoop(spec.arm, spec.step_model, spec.settings,
                    trace_dir / f"engine-{i}.jsonl" if trace_dir is not None else None,
                    finished)
         for i in range(num_engines)
@@ -88,7 +79,8 @@ def simulate_fleet(
         engine.add(request)
 
     total = drive(engines, arrivals.next_time, deliver, lambda: not arrivals.exhausted)
-    return SimRun(_fleet_run(engines, routed, router.name, step_model, category), total,
+    return SimRun(_fleet_run(engines, routed, router.name, spec.step_model, spec.category),
+                  total,
                   max(e.clock.now for e in engines))
 
 
@@ -211,15 +203,12 @@ def _max_over_mean(values: list[float]) -> float:
     return max(values) / (sum(values) / len(values)) if sum(values) else 1.0
 
 
-def fleet_runner(num_engines: int, router: str, closed_loop: bool = False
-                 ) -> Callable[..., SimRun]:
+def fleet_runner(num_engines: int, router: str) -> Callable[[RunSpec, bool], SimRun]:
     """A ``capacity.Runner`` for a fleet: each run gets a fresh ``router``. It always runs
     to completion (a fleet has no early stop): the rows up to the last arrival are the
     same either way, since nothing later changes what happened before."""
 
-    def run(arm: Arm, case: Sequence[WorkloadRequest], step_model: StepModel,
-            settings: SimSettings, stop_at_last_arrival: bool) -> SimRun:
-        return simulate_fleet(arm, case, step_model, settings, num_engines, router,
-                              closed_loop=closed_loop)
+    def run(spec: RunSpec, stop_at_last_arrival: bool) -> SimRun:
+        return simulate_fleet(spec, num_engines, router)
 
     return run

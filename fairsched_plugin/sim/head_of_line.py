@@ -21,7 +21,7 @@ from pathlib import Path
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from ..bench.arms import STOCK, parse_arm
+from ..experiment.arms import STOCK, parse_arm
 from ..config import FairschedConfig
 from .fake_engine import OfflineEngine, make_request, make_scheduler, write_config_only_model
 from .scheduler_factory import arm_additional_config

@@ -1,4 +1,4 @@
-"""Every arm on every case, simulated: the ``Runs`` that ``bench.report`` reads.
+"""Every arm on every case, simulated: the ``Runs`` that ``experiment.report`` reads.
 
 Repeats of a simulation are identical (it is deterministic), so ``repeat`` here means
 workload seeds: repeat r replays the cases generated with seed + r, and the report's
@@ -11,14 +11,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..bench.arms import Arm
-from ..bench.runner import slug
-from ..bench.case_files import WorkloadRequest
+from ..experiment.arms import Arm
+from ..experiment.run_files import slug
+from ..experiment.case_files import WorkloadRequest
 from .engine import SimRun, Timing, simulate
 from .engine_settings import SimSettings
 from .fleet import simulate_fleet
 from .disagg import simulate_disagg
 from .routers import DEFAULT_BANDWIDTH_GB_S, Fleet
+from .run_spec import RunSpec
 from .step_models import StepModel
 
 Cases = Mapping[str, Sequence[WorkloadRequest]]
@@ -59,18 +60,13 @@ def run_matrix(
                     trace_path = run_dir / "trace.jsonl"
                 category = None if single else name
                 trace_dir = trace_path.parent if trace_path is not None else None
+                spec = RunSpec(arm, case, step_model, settings, category, closed_loop)
                 if fleet is not None and fleet.disaggregated:
-                    result = simulate_disagg(arm, case, step_model, settings, fleet,
-                                             trace_dir, category, closed_loop,
-                                             kv_bandwidth_gb_s)
+                    result = simulate_disagg(spec, fleet, trace_dir, kv_bandwidth_gb_s)
                 elif fleet is None:
-                    result: SimRun = simulate(arm, case, step_model, settings, trace_path,
-                                              category=category, closed_loop=closed_loop)
+                    result: SimRun = simulate(spec, trace_path)
                 else:
-                    result = simulate_fleet(
-                        arm, case, step_model, settings, fleet.engines, fleet.router,
-                        trace_dir=trace_dir,
-                        category=category, closed_loop=closed_loop)
+                    result = simulate_fleet(spec, fleet.engines, fleet.router, trace_dir)
                 runs[arm.name].append(result.run)
                 total.add(result.timing)
                 if progress is not None:

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
-from ..bench.case_files import WorkloadRequest
+from ..experiment.case_files import WorkloadRequest
 
 
 class EngineState(NamedTuple):

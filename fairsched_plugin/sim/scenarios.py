@@ -1,6 +1,6 @@
 """The suite's scenarios: which requests arrive, in which relative pattern, and how long a
 context the engine must accept. Each builds a case at its own rate; the suite rescales
-the arrivals to each load (``bench.traces.at_rate``).
+the arrivals to each load (``experiment.traces.at_rate``).
 
 - ``azure-conv``: the Azure LLM inference trace 2023, conversation service (packaged;
   CC-BY, Splitwise, ISCA 2024): consecutive requests from the start of the trace with
@@ -18,12 +18,12 @@ the arrivals to each load (``bench.traces.at_rate``).
   arrivals and shared 512-token blocks, replayed open-loop with vLLM's prefix cache on
   (prompts of 12k tokens on average, up to 126k). ``max_model_len`` 131072.
   ``mooncake-conv-nocache`` replays it with the prefix cache off.
-- ``chat-sessions``: ShareGPT's multi-turn conversations as sessions (``bench.sessions``):
+- ``chat-sessions``: ShareGPT's multi-turn conversations as sessions (``experiment.sessions``):
   each turn resends the history, the next turn follows the answer after a think time of
   3-60 s (closed loop), prefix cache on. ``chat-sessions-open`` replays the same requests
   open-loop (each turn its think time after the previous turn's arrival, answered or
   not), to show what open-loop replay gets wrong.
-- ``agent``: tool-using agent sessions (``bench.sessions.agent_sessions``): a 6k-token
+- ``agent``: tool-using agent sessions (``experiment.sessions.agent_sessions``): a 6k-token
   system prompt shared by all, a task context of 2k-24k tokens, then up to 40 steps that
   are almost fully cached, one in 25 adding a 20k-60k-token document; closed loop,
   prefix cache on, ``max_model_len`` 131072.
@@ -42,11 +42,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bench.pairs import PairPool, build_pool, read_pool, request_class, write_pool
-from ..bench.sessions import agent_sessions, chat_sessions
-from ..bench.traces import read_trace, trace_case, window
-from ..bench.case_files import WorkloadRequest
-from ..bench.workloads import build_workload
+from ..experiment.pairs import PairPool, build_pool, read_pool, request_class, write_pool
+from ..experiment.sessions import agent_sessions, chat_sessions
+from ..experiment.traces import read_trace, trace_case, window
+from ..experiment.case_files import WorkloadRequest
+from ..experiment.workloads import build_workload
 from ..model.tiny import DEFAULT_MODEL_DIR, build_tiny_model
 
 LONG_EVERY = 40

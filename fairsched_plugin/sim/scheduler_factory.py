@@ -20,7 +20,7 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.structured_output import StructuredOutputManager
 
 from .fake_engine import write_config_only_model
-from ..bench.arms import STOCK, Arm
+from ..experiment.arms import STOCK, Arm
 from ..config import KEYS
 from .clock import VirtualClock
 from .engine_settings import SimSettings

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..bench.arms import STOCK, parse_arm
-from ..bench.traces import at_rate
+from ..experiment.arms import STOCK, parse_arm
+from ..experiment.traces import at_rate
 from ..config import ConfigError, FairschedConfig
 from ..extras import available, note_no_plots
 from ..user_files import output_dir
@@ -34,6 +34,7 @@ from .capacity import Capacity, Runner, find_capacity
 from .routers import DEFAULT_BANDWIDTH_GB_S, FLEET_SPEC, Fleet, parse_fleet
 from .devices import DEVICES, serve_defaults
 from ..predictor.hardware import MODEL_CONFIGS, accelerator, model_config
+from .run_spec import RunSpec
 from .scenarios import SCENARIOS, Scenario
 from .engine_settings import SimSettings
 from .step_models import AnalyticStepModel
@@ -205,31 +206,30 @@ def run_cell(case: Sequence[Any], model: AnalyticStepModel, settings: SimSetting
     from .engine import simulate
     from .fleet import balance
 
-    spec = parse_fleet(fleet)
-    requests = at_rate(case, rate)
-    if spec.router is None:
-        result = simulate(parse_arm(arm), requests, model, settings, None,
-                          closed_loop=closed_loop)
+    engines = parse_fleet(fleet)
+    spec = RunSpec(parse_arm(arm), at_rate(case, rate), model, settings,
+                   closed_loop=closed_loop)
+    if engines.router is None:
+        result = simulate(spec)
     else:
-        result = fleet_runner_for(spec, kv_bandwidth_gb_s, closed_loop)(
-            parse_arm(arm), requests, model, settings, False)
+        result = fleet_runner_for(engines, kv_bandwidth_gb_s)(spec, False)
     metrics = run_metrics(result.run["requests"], settings.enable_prefix_caching)
-    if spec.router is not None:
+    if engines.router is not None:
         metrics["balance"] = {k: _r(v) for k, v in balance(result.run).items()}
-    if spec.disaggregated:
+    if engines.disaggregated:
         metrics["handoff"] = handoff_metrics(result.run["requests"])
     return metrics
 
 
-def fleet_runner_for(fleet: Fleet, kv_bandwidth_gb_s: float = DEFAULT_BANDWIDTH_GB_S,
-                     closed_loop: bool = False) -> Runner:
+def fleet_runner_for(fleet: Fleet, kv_bandwidth_gb_s: float = DEFAULT_BANDWIDTH_GB_S
+                     ) -> Runner:
     """The ``capacity.Runner`` of a fleet (engines behind a router, or disaggregated)."""
     from .disagg import disagg_runner
     from .fleet import fleet_runner
 
     if fleet.disaggregated:
-        return disagg_runner(fleet, kv_bandwidth_gb_s, closed_loop)
-    return fleet_runner(fleet.engines, fleet.router, closed_loop)
+        return disagg_runner(fleet, kv_bandwidth_gb_s)
+    return fleet_runner(fleet.engines, fleet.router)
 
 
 def handoff_metrics(requests: Sequence[dict[str, Any]]) -> dict[str, float]:

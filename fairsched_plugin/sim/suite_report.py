@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..bench.arms import STOCK
+from ..experiment.arms import STOCK
 from . import published
 from .routers import parse_fleet
 

@@ -5,7 +5,7 @@ The objective (defaults from issue 13): the lowest median TTFT among candidates 
 TTFT is at most 1.1x stock's, mean E2E at most 1.0x and output throughput at least 0.95x;
 optionally (``--max-tpot-ratio``) the P99 request's time per output token at most that
 ratio of stock's, because holding decodes back (``decode_share``) buys TTFT with TPOT.
-Every candidate is an arm spec (``bench.arms``), so the winner runs unchanged in
+Every candidate is an arm spec (``experiment.arms``), so the winner runs unchanged in
 ``fairsched bench`` and its config prints as the ``--additional-config`` JSON.
 """
 
@@ -22,15 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from ..bench.arms import STOCK, Arm, parse_arm, parse_arms
-from ..bench.cli import plugin_settings
-from ..bench.metrics import summarize_run
+from ..experiment.arms import STOCK, Arm, parse_arm, parse_arms
+from ..experiment.cases import plugin_settings
+from ..experiment.metrics import summarize_run
 from ..cli_types import positive_float, positive_int
 from ..config import ConfigError
 from ..predictor.runtime import PredictorError
 from ..extras import available, note_no_plots
 from ..user_files import output_dir
-from .cli import _with_service, add_engine_arguments, case_loader, settings_from_args
+from .cli import add_engine_arguments, case_loader, settings_from_args
 from .engine_settings import SimulationStalled, describe
 from ..predictor.hardware import PresetError
 from .step_models import parse_step_model
@@ -199,7 +199,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     specs = [s for spec in (args.space or DEFAULT_SPACE) for s in expand(spec)]
     try:
-        arms = parse_arms(",".join(dict.fromkeys(specs)), plugin_settings(_with_service(args)))
+        arms = parse_arms(",".join(dict.fromkeys(specs)), plugin_settings(args.set))
         output_dir(args.out)  # before the simulations, not after them
         base, candidates = tune(arms, args)
     except (ConfigError, PresetError, PredictorError, SimulationStalled, ValueError,
