@@ -1,9 +1,10 @@
-"""Write the configuration page's key table from ``config.KEYS`` (and the policy registry).
+"""Write the configuration page's key table from the settings (``config.KEYS``, derived from
+the fields of ``settings``) and the policy registry.
 
     python scripts/config_table.py          # rewrite docs/configuration.md in place
     python scripts/config_table.py --check  # exit 1 when docs/configuration.md is out of date
 
-``tests/test_config_table.py`` runs the check, so a key added to ``config.KEYS`` without
+``tests/test_config_table.py`` runs the check, so a setting added in ``settings`` without
 regenerating the table fails the suite.
 """
 

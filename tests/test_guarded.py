@@ -10,6 +10,13 @@ import pytest
 from fairsched_plugin.config import ConfigError, from_values, load_config
 from fairsched_plugin.policies import GuardedAging, GuardedSRPF, RequestView, make_policy
 from fairsched_plugin.policies.guarded import FcfsGuard, RecentExtreme
+from fairsched_plugin.settings import GuardedAgingConfig, GuardedSRPFConfig
+
+
+def _srpf(slack: float, window_s: float = 0.0, size_allowance: float = 0.0) -> GuardedSRPF:
+    """The guard alone: no tail watch, running prefills kept first (the default)."""
+    return GuardedSRPF(GuardedSRPFConfig(slack=slack, window_s=window_s,
+                                         size_allowance=size_allowance, tail_window=0))
 
 
 def test_deadline_is_the_served_work_plus_slack_times_the_backlog():
@@ -33,7 +40,7 @@ def test_a_deadline_is_never_earlier_than_one_given_before():
 def test_without_the_size_allowance_a_request_at_an_empty_queue_is_overdue_at_once():
     """Nothing queued ahead: the deadline is the served work itself, so the long prompt
     that came first holds back every short one behind it (seed 000's head-of-line case)."""
-    policy = GuardedSRPF(slack=1.25, window_s=0.0)
+    policy = _srpf(slack=1.25)
     first = RequestView("long", 1.0, 4000, deadline=policy.deadline(1.0, 0, 4000))
     policy.observe_backlog(1.0, 4000)
     second = RequestView("short", 1.1, 10, deadline=policy.deadline(1.1, 4000, 10))
@@ -44,7 +51,7 @@ def test_without_the_size_allowance_a_request_at_an_empty_queue_is_overdue_at_on
 def test_the_size_allowance_lets_short_requests_pass_until_the_own_size_is_served():
     """With allowance 1, the long prompt that arrived first may be passed by up to its own
     prefill work (a bounded slowdown of 2 at an empty queue), then it is overdue."""
-    policy = GuardedSRPF(slack=1.25, window_s=0.0, size_allowance=1.0)
+    policy = _srpf(slack=1.25, size_allowance=1.0)
     first = RequestView("long", 1.0, 4000, deadline=policy.deadline(1.0, 0, 4000))
     assert first.deadline == pytest.approx(4000)
     second = RequestView("short", 1.1, 10, deadline=policy.deadline(1.1, 4000, 10))
@@ -87,7 +94,7 @@ def test_recent_max_is_a_sliding_window_maximum():
 
 
 def test_shortest_remaining_first_until_the_served_work_reaches_the_deadline():
-    policy = GuardedSRPF(slack=1.0, window_s=0.0)
+    policy = _srpf(slack=1.0)
     long = RequestView("long", 10.0, 3000, deadline=2000)
     short = RequestView("short", 11.0, 20, deadline=5000)
     shorter = RequestView("shorter", 11.5, 5, deadline=6000)
@@ -105,21 +112,21 @@ def test_shortest_remaining_first_until_the_served_work_reaches_the_deadline():
 
 
 def test_time_alone_makes_no_request_overdue():
-    policy = GuardedSRPF(slack=1.0, window_s=0.0)
+    policy = _srpf(slack=1.0)
     view = RequestView("a", 1.0, 100, deadline=50)
     assert policy.ranker(now=1e9)(view)[0] == 1
     assert policy.overdue_cutoff(now=1e9) == 0
 
 
 def test_remaining_work_counts_computed_tokens():
-    policy = GuardedSRPF(1.0, 30.0)
+    policy = _srpf(slack=1.0, window_s=30.0)
     almost_done = RequestView("a", 1.0, 4000, computed_tokens=3990, deadline=math.inf)
     fresh = RequestView("b", 2.0, 100, deadline=math.inf)
     assert policy.key(almost_done) < policy.key(fresh)
 
 
 def test_guarded_aging_orders_by_aging_inside_the_guard():
-    policy = GuardedAging(slack=1.0, window_s=0.0, auto_factor=0.25)
+    policy = GuardedAging(GuardedAgingConfig(slack=1.0, window_s=0.0, auto_factor=0.25))
     assert policy.alpha is None and policy.auto_factor == 0.25
     old_long = RequestView("old", 0.0, 1000, deadline=10_000)
     new_short = RequestView("new", 1.0, 100, deadline=10_000)

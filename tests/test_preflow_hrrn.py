@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from fairsched_plugin.settings import PreflowConfig
 from fairsched_plugin.config import from_values
 from fairsched_plugin.policies import RequestView, make_policy
 from fairsched_plugin.policies.hrrn import HRRNPolicy
@@ -26,7 +27,7 @@ def test_attention_work_is_triangular():
 
 @pytest.mark.parametrize("now", [5.0, 7.5, 40.0])
 def test_preflow_static_key_orders_as_the_priority_at_any_time(now):
-    policy = PreflowPolicy(age_doubling_s=2.0)
+    policy = PreflowPolicy(PreflowConfig(age_doubling_s=2.0))
     views = [RequestView("old-long", 0.0, 800), RequestView("new-short", 4.0, 60),
              RequestView("cached", 3.0, 900, cached_tokens=850),
              RequestView("half-done", 1.0, 400, computed_tokens=200)]
@@ -36,14 +37,14 @@ def test_preflow_static_key_orders_as_the_priority_at_any_time(now):
 
 
 def test_preflow_priority_doubles_every_d_seconds():
-    policy = PreflowPolicy(age_doubling_s=0.5)
+    policy = PreflowPolicy(PreflowConfig(age_doubling_s=0.5))
     a = RequestView("a", 0.0, 100)
     b = RequestView("b", 0.5, 100)
     assert policy.value(b) - policy.value(a) == pytest.approx(1.0)
 
 
 def test_preflow_a_long_prompt_overtakes_after_enough_doublings():
-    policy = PreflowPolicy(age_doubling_s=1.0)
+    policy = PreflowPolicy(PreflowConfig(age_doubling_s=1.0))
     long = RequestView("long", 0.0, 1000)
     # (P*R) ratio of a 1,000- to a 100-token prompt: (W(1000)/W(100))^2, about 9,800x.
     doublings = 2 * math.log2(attention_work(1000) / attention_work(100))

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
+from fairsched_plugin.settings import GuardedAgingConfig  # noqa: E402
 from fairsched_plugin.sim.fake_engine import make_request  # noqa: E402
 from fairsched_plugin.adapter.queue import PolicyRequestQueue  # noqa: E402
 from fairsched_plugin.adapter.request_views import request_view  # noqa: E402
@@ -338,7 +339,7 @@ def test_peek_keyed_gives_the_queued_key_or_none_from_the_overdue_lane(five):
 def test_rank_of_key_is_the_rank_of_a_request_that_is_not_overdue():
     from fairsched_plugin.policies import GuardedAging
 
-    for policy in (AGING, GuardedAging(slack=1.25, window_s=0.0, auto_factor=0.25)):
+    for policy in (AGING, GuardedAging(GuardedAgingConfig(slack=1.25, window_s=0.0, auto_factor=0.25))):
         view = request_view(req("x", 30, 2.0))
         view.deadline = 1e9
         assert policy.rank_of_key(policy.key(view)) == policy.ranker(0.0)(view)

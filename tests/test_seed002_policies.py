@@ -12,7 +12,6 @@ from fairsched_plugin.policies import (
     AFLCBPolicy,
     AgingShortestPromptFirst,
     EstimatedShortestTokensFirst,
-    FCFSPolicy,
     LongestPromptFirst,
     OutputLengthEstimator,
     RequestView,
@@ -22,6 +21,8 @@ from fairsched_plugin.policies import (
     make_policy,
     ranked_service,
 )
+from fairsched_plugin.policies.fcfs import FIFOPolicy
+from fairsched_plugin.settings import AgingSPFConfig
 from fairsched_plugin.policies.output_estimate import prompt_class
 
 
@@ -46,7 +47,7 @@ def test_every_configured_name_builds_its_policy():
 
 def test_fifo_is_arrival_order_whatever_the_size():
     views = [view("b", 2.0, 5), view("a", 1.0, 4000), view("c", 3.0, 1)]
-    assert order(FCFSPolicy("fifo"), views) == ["a", "b", "c"]
+    assert order(FIFOPolicy(), views) == ["a", "b", "c"]
 
 
 def test_tier_then_arrival_lower_priority_number_first():
@@ -77,7 +78,7 @@ def test_srtf_uses_remaining_target_output_and_ranks_unknown_last():
 
 
 def test_aging_spf_long_prompt_overtakes_after_its_prompt_gap_over_rate():
-    policy = AgingShortestPromptFirst(rate=100.0, epoch=1000.0)
+    policy = AgingShortestPromptFirst(AgingSPFConfig(rate=100.0), epoch=1000.0)
     long_ = view("long", 1000.0, 2100)
     # A 100-token prompt arriving within 20 s of the long one is still served first...
     assert order(policy, [long_, view("s", 1019.9, 100)]) == ["s", "long"]

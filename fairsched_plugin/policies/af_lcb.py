@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from ..settings import AFLCBConfig
+from ..settings import AFLCBConfig, FairschedConfig
 from .base import OrderingPolicy, RequestView
 from .output_estimate import CLASSES, Estimate, OutputLengthEstimator, prompt_class
 
@@ -96,6 +96,12 @@ class AFLCBPolicy(OrderingPolicy):
         self._seen_version = -1
         self._last_refresh = float("-inf")
         self._snapshot_lcb()
+
+    @classmethod
+    def from_settings(cls, section: AFLCBConfig, config: FairschedConfig,
+                      epoch: float) -> AFLCBPolicy:
+        """With ``estf``'s estimator settings."""
+        return cls(section, OutputLengthEstimator.from_settings(config.estf), epoch)
 
     def lcb(self, estimate: Estimate) -> float:
         """The optimistic output length: mean less ``z`` standard errors, at least 1."""

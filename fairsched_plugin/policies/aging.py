@@ -16,6 +16,7 @@ be ordered by prompt length.)
 
 from __future__ import annotations
 
+from ..settings import AUTO, AgingConfig, FairschedConfig
 from .base import OrderingPolicy, RequestView
 
 DEFAULT_ALPHA = 37.5
@@ -44,6 +45,15 @@ class AgingPolicy(OrderingPolicy):
         self.alpha: float | None = None
         if alpha is not None:
             self.set_alpha(alpha)
+
+    @classmethod
+    def from_settings(cls, section: AgingConfig, config: FairschedConfig,
+                      epoch: float) -> AgingPolicy:
+        """An ``"auto"`` alpha starts uncalibrated (None): arrival order until measured."""
+        if section.alpha == AUTO:
+            return cls(alpha=None, beta=section.beta, epoch=epoch,
+                       auto_factor=section.auto_factor)
+        return cls(alpha=section.alpha, beta=section.beta, epoch=epoch)
 
     @property
     def key_follows_remaining_work(self) -> bool:  # type: ignore[override]

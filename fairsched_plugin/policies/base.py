@@ -11,6 +11,9 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from ..settings import FairschedConfig
 
 
 @dataclass(slots=True)
@@ -119,6 +122,15 @@ class OrderingPolicy(ABC):
     can only fall as it prefills, so a running prefill found ahead of every waiting
     request, or admitted from the head of the queue, stays ahead until the queues change,
     and the adapter need not look again every step."""
+
+    @classmethod
+    def from_settings(cls, section: Any, config: FairschedConfig,
+                      epoch: float) -> OrderingPolicy:
+        """The policy a validated configuration sets: built from its registry section
+        (``policies.registry``; None for a policy without one), and for a policy with an
+        age term, ``epoch`` (a wall-clock time near start-up that keeps age terms small in
+        float arithmetic). A policy that needs more than its section overrides this."""
+        return cls() if section is None else cls(section)
 
     @abstractmethod
     def value(self, view: RequestView) -> float:

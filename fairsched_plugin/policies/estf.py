@@ -9,6 +9,7 @@ keys read is refreshed at most every ``REFRESH_S`` seconds (waiting queues re-ke
 
 from __future__ import annotations
 
+from ..settings import ESTFConfig, FairschedConfig
 from .base import OrderingPolicy, RequestView
 from .output_estimate import CLASSES, Estimate, OutputLengthEstimator, prompt_class
 
@@ -26,6 +27,11 @@ class EstimatedShortestTokensFirst(OrderingPolicy):
         self._seen_version = -1
         self._last_refresh = float("-inf")
         self.refresh(0.0, 0.0)
+
+    @classmethod
+    def from_settings(cls, section: ESTFConfig, config: FairschedConfig,
+                      epoch: float) -> EstimatedShortestTokensFirst:
+        return cls(OutputLengthEstimator.from_settings(section))
 
     def value(self, view: RequestView) -> float:
         estimate = self._snapshot[prompt_class(view.prompt_tokens)]

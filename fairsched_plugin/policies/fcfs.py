@@ -21,8 +21,14 @@ class FCFSPolicy(OrderingPolicy):
     orders_decodes = False
     follows_vllm_order = True
 
-    def __init__(self, name: str = "fcfs") -> None:
-        self.name = name
+    name = "fcfs"
 
     def value(self, view: RequestView) -> float:
         return view.arrival_time
+
+
+class FIFOPolicy(FCFSPolicy):
+    """The ordering-policies paper's arrival-order baseline: :class:`FCFSPolicy` under the
+    paper's name."""
+
+    name = "fifo"

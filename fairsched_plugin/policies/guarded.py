@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from ..settings import FairschedConfig, GuardedAgingConfig, GuardedSRPFConfig
 from .aging import AgingPolicy
 from .base import OrderingPolicy, RequestView
 from .tail_watch import TailWatch
@@ -243,11 +244,10 @@ class GuardedSRPF(_Guarded, OrderingPolicy):
     orders_decodes = False
     key_follows_remaining_work = True
 
-    def __init__(self, slack: float, window_s: float, size_allowance: float = 0.0,
-                 persist_s: float = 0.0, tail_window: int = 0,
-                 overtake_running: bool = False) -> None:
-        self.guard = FcfsGuard(slack, window_s, size_allowance, persist_s, tail_window)
-        self.running_first = not overtake_running
+    def __init__(self, config: GuardedSRPFConfig) -> None:
+        self.guard = FcfsGuard(config.slack, config.window_s, config.size_allowance,
+                               config.persist_s, config.tail_window)
+        self.running_first = not config.overtake_running
 
     def value(self, view: RequestView) -> float:
         return view.remaining_prefill
@@ -268,11 +268,15 @@ class GuardedAging(_Guarded, AgingPolicy):
 
     name = "guarded-aging"
 
-    def __init__(self, slack: float, window_s: float, auto_factor: float,
-                 epoch: float = 0.0, size_allowance: float = 0.0,
-                 persist_s: float = 0.0) -> None:
-        AgingPolicy.__init__(self, alpha=None, epoch=epoch, auto_factor=auto_factor)
-        self.guard = FcfsGuard(slack, window_s, size_allowance, persist_s)
+    def __init__(self, config: GuardedAgingConfig, epoch: float = 0.0) -> None:
+        AgingPolicy.__init__(self, alpha=None, epoch=epoch, auto_factor=config.auto_factor)
+        self.guard = FcfsGuard(config.slack, config.window_s, config.size_allowance,
+                               config.persist_s)
+
+    @classmethod
+    def from_settings(cls, section: GuardedAgingConfig, config: FairschedConfig,
+                      epoch: float) -> GuardedAging:
+        return cls(section, epoch)
 
     def describe(self) -> str:
         return f"guarded-aging({AgingPolicy.describe(self)}; {self.guard.describe()})"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..settings import ESTFConfig
+
 SHORT_BELOW = 128
 """Prompts with fewer tokens are ``short`` (seed 002, section 5.1)."""
 LONG_ABOVE = 1024
@@ -64,6 +66,10 @@ class OutputLengthEstimator:
         self.by_class: dict[str, RunningStats] = {}
         self.version = 0
         """Bumped by every observation, so a policy knows its snapshot is stale."""
+
+    @classmethod
+    def from_settings(cls, config: ESTFConfig) -> OutputLengthEstimator:
+        return cls(config.prior_output_tokens, config.min_samples)
 
     def observe(self, prompt_tokens: int, output_tokens: int) -> None:
         self.overall.add(output_tokens)

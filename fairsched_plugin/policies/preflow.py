@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+from ..settings import FairschedConfig, PreflowConfig
 from .base import OrderingPolicy, RequestView
 
 
@@ -40,9 +41,14 @@ class PreflowPolicy(OrderingPolicy):
     name = "preflow"
     orders_decodes = False
 
-    def __init__(self, age_doubling_s: float, epoch: float = 0.0) -> None:
-        self.age_doubling_s = age_doubling_s
+    def __init__(self, config: PreflowConfig, epoch: float = 0.0) -> None:
+        self.age_doubling_s = config.age_doubling_s
         self.epoch = epoch
+
+    @classmethod
+    def from_settings(cls, section: PreflowConfig, config: FairschedConfig,
+                      epoch: float) -> PreflowPolicy:
+        return cls(section, epoch)
 
     def value(self, view: RequestView) -> float:
         total = attention_work(view.num_tokens)

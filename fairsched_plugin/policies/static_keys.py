@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from ..settings import AgingSPFConfig, FairschedConfig
 from .base import OrderingPolicy, RequestView
 
 
@@ -66,9 +67,14 @@ class AgingShortestPromptFirst(OrderingPolicy):
 
     name = "aging-spf"
 
-    def __init__(self, rate: float, epoch: float = 0.0) -> None:
-        self.rate = rate
+    def __init__(self, config: AgingSPFConfig, epoch: float = 0.0) -> None:
+        self.rate = config.rate
         self.epoch = epoch
+
+    @classmethod
+    def from_settings(cls, section: AgingSPFConfig, config: FairschedConfig,
+                      epoch: float) -> AgingShortestPromptFirst:
+        return cls(section, epoch)
 
     def value(self, view: RequestView) -> float:
         return view.prompt_tokens + self.rate * (view.arrival_time - self.epoch)
