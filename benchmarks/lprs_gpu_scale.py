@@ -1,8 +1,8 @@
 """LPRS and APC at GPU scale, against stock vLLM at its best token budget and with vLLM's
 long-prefill threshold: one suite group, in the simulator.
 
-Seed 000's chunk-size mechanisms change how much prefill goes into each step; stock vLLM's
-own knobs for that are the token budget (``--max-num-batched-tokens``) and
+The chunked-prefill paper's chunk-size mechanisms change how much prefill goes into each step; stock
+vLLM's own knobs for that are the token budget (``--max-num-batched-tokens``) and
 ``--long-prefill-token-threshold``. Every arm runs the suite's requests on the group's
 engine (vLLM's serve defaults for the device), at loads set against stock's capacity at
 the default budget (read from a suite ``results.json`` that holds the group, or measured).

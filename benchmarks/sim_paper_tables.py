@@ -2,11 +2,11 @@
 the papers' figures beside. Each run is a ``fairsched simulate`` command (printed), its
 report kept under ``--out``.
 
-- seed 000 Table 4: Aging vs FCFS, ShareGPT 200 requests at a fixed 0.1 s gap, chunk
-  (token budget) 256, 512 and 1,024, context 512, generation up to 512, Qwen3-8B on an
+- the chunked-prefill paper's Table 4: Aging vs FCFS, ShareGPT 200 requests at a fixed 0.1 s gap,
+  chunk (token budget) 256, 512 and 1,024, context 512, generation up to 512, Qwen3-8B on an
   RTX 4090.
-- seed 002: the eight categories, ranked service (max batch 16, prefill budget 4,096),
-  eight policies, Qwen3-0.6B on an A100 (the seed's tables are per model, averaged over
+- the ordering-policies paper: the eight categories, ranked service (max batch 16, prefill budget
+  4,096), eight policies, Qwen3-0.6B on an A100 (the paper's tables are per model, averaged over
   categories on an L40S, which has no preset here; its figures are quoted for the trend).
 
     PYTHONPATH=. python benchmarks/sim_paper_tables.py table4 --out runs/sim-paper
@@ -153,8 +153,8 @@ SEED002_PAPER = {  # L40S, Qwen3-0.6B, averaged over categories: (tok/s, P95 lat
     "aging-spf": (244.9, 29.29), "estf": (None, 30.36), "srtf": (None, 34.29),
     "lpf": (None, 34.97), "af-lcb": (None, 32.21),
 }
-"""Seed 002 Tables 2 and 3, the Qwen3-0.6B rows (the extracted text lost four throughput
-cells)."""
+"""The ordering-policies paper's Tables 2 and 3, the Qwen3-0.6B rows (the extracted text lost four
+throughput cells)."""
 
 
 def seed002(out: Path, step_model: str, num_requests: int | None, reuse: bool = False) -> str:
@@ -201,10 +201,12 @@ def seed002(out: Path, step_model: str, num_requests: int | None, reuse: bool = 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("which", choices=("table4", "table9", "table10", "seed002"))
-    parser.add_argument("--target-ms", default="105", help="LPRS target (seed 000: 105 ms)")
+    parser.add_argument("--target-ms", default="105",
+                        help="LPRS target (the chunked-prefill paper: 105 ms)")
     parser.add_argument("--out", type=Path, default=Path("runs/sim-paper"))
     parser.add_argument("--step-model")
-    parser.add_argument("--alpha", default="37.5", help="Aging's alpha (seed 000's code: 37.5)")
+    parser.add_argument("--alpha", default="37.5",
+                        help="Aging's alpha (the chunked-prefill paper's code: 37.5)")
     parser.add_argument("--num-requests", type=int)
     parser.add_argument("--reuse", action="store_true",
                         help="seed002: format an existing report instead of running")

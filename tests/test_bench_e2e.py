@@ -74,7 +74,7 @@ def test_bench_replays_reports_and_joins_the_trace(tiny_model: Path, tmp_path: P
 def test_bench_replays_several_workloads_per_server_in_ranked_mode(
     tiny_model: Path, tmp_path: Path
 ):
-    """One server start replays two generated workloads, with af-lcb under the seed's
+    """One server start replays two generated workloads, with af-lcb under the paper's
     ranked service; the report has the per-category tables."""
     out = tmp_path / "suite"
     code = main([
@@ -96,5 +96,5 @@ def test_bench_replays_several_workloads_per_server_in_ranked_mode(
              (out / "runs" / "af-lcb" / "r1" / "trace.jsonl").read_text().splitlines()]
     assert max(record["num_decodes"] + record["num_prefills"] for record in trace) <= 3
     markdown = (out / "report.md").read_text()
-    assert "seed 002 Tables 2 and 3 layout" in markdown
+    assert "the ordering-policies paper's Tables 2 and 3 layout" in markdown
     assert "ranked service" in (out / "runs" / "af-lcb" / "r1" / "server.log").read_text()

@@ -39,7 +39,8 @@ def test_a_deadline_is_never_earlier_than_one_given_before():
 
 def test_without_the_size_allowance_a_request_at_an_empty_queue_is_overdue_at_once():
     """Nothing queued ahead: the deadline is the served work itself, so the long prompt
-    that came first holds back every short one behind it (seed 000's head-of-line case)."""
+    that came first holds back every short one behind it (the chunked-prefill paper's head-of-line
+    case)."""
     policy = _srpf(slack=1.25)
     first = RequestView("long", 1.0, 4000, deadline=policy.deadline(1.0, 0, 4000))
     policy.observe_backlog(1.0, 4000)

@@ -1,5 +1,5 @@
-"""Seed 000's head-of-line case on a fresh scheduler (``sim.head_of_line``): a long prompt
-arrives first at an empty queue with short ones right behind it, in vLLM's own scheduler
+"""The chunked-prefill paper's head-of-line case on a fresh scheduler (``sim.head_of_line``): a long
+prompt arrives first at an empty queue with short ones right behind it, in vLLM's own scheduler
 with fake outputs. From the very first step the guard's order must serve the short ones in
 at most half the steps they wait under stock vLLM; the default, whose tail watch starts in
 arrival order, serves them as stock does until it has judged its first requests."""

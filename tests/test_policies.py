@@ -1,4 +1,4 @@
-"""The ordering policies (seed 000, section 3.1, Eq. 1-4), without vLLM.
+"""The ordering policies (the chunked-prefill paper, section 3.1, Eq. 1-4), without vLLM.
 
 Numbers are chosen so that every product below is exact in binary floating point
 (arrival times are multiples of 1/8, token counts are integers), so equalities are exact.

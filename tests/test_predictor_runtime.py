@@ -239,7 +239,7 @@ def test_cann_batches_are_padded_to_few_shapes():
 
 
 def test_serving_modules_import_neither_torch_nor_onnx():
-    """The scheduler imports these; only training may load torch and onnx (DESIGN.md)."""
+    """The scheduler imports these; only training may load torch and onnx."""
     code = (
         "import sys\n"
         "import fairsched_plugin.predictor.features, fairsched_plugin.predictor.memory\n"

@@ -11,7 +11,11 @@ pytest.importorskip("matplotlib")
 
 from matplotlib.image import imread  # noqa: E402
 
-from fairsched_plugin.experiment.report import analyse_runs, render_markdown, write_report  # noqa: E402
+from fairsched_plugin.experiment.report import (  # noqa: E402
+    analyse_runs,
+    render_markdown,
+    write_report,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CLASSES = ("short", "short", "medium", "long")
@@ -102,8 +106,10 @@ def test_main_table(report_dir: Path) -> None:
 
 def test_other_tables(report_dir: Path) -> None:
     markdown = (report_dir / "report.md").read_text()
-    for title in ("seed 000 Table 4 layout", "seed 000 Table 9 layout", "Per request class",
-                  "seed 000 Table 10 layout", "Ratios to the baseline arm (fcfs)"):
+    for title in ("the chunked-prefill paper's Table 4 layout",
+                  "the chunked-prefill paper's Table 9 layout", "Per request class",
+                  "the chunked-prefill paper's Table 10 layout",
+                  "Ratios to the baseline arm (fcfs)"):
         assert title in markdown
     assert row(markdown, "P99")[1:3] == ["2000 ± 1000", "500 ± 0"]  # prefill E2E = TTFT
     assert row(markdown, "long")[:4] == ["long", "fcfs", "1", "2000 ± 1000"]
@@ -138,7 +144,7 @@ def test_categories_tables() -> None:
         "spf": [repeat(0.5, 3.0, "steady"), repeat(1.0, 7.0, "bursty")],
     }
     markdown = render_markdown(analyse_runs(two), baseline="fcfs")
-    assert "seed 002 Tables 2 and 3 layout" in markdown
+    assert "the ordering-policies paper's Tables 2 and 3 layout" in markdown
     # output tok/s: fcfs steady 16/7 = 2.29, bursty 16/11 = 1.45, mean 1.87
     assert row(markdown, "steady")[:2] == ["steady", "2.29"]
     assert row(markdown, "Mean over categories")[1] == "1.87"
@@ -198,7 +204,7 @@ def test_control_section_and_deviation_plot_when_a_target_is_given(tmp_path: Pat
         "fcfs+lprs+apc": [{**repeat(1.0, 2.0), "trace": lprs_steps}],
     }
     markdown = write_report(tmp_path, runs, target_ms=50.0).read_text()
-    assert "seed 000 Tables 9 and 10" in markdown
+    assert "the chunked-prefill paper's Tables 9 and 10" in markdown
     assert row(markdown, "Steps within 10 % of target (share)")[1:] == ["0.667", "0.667"]
     assert row(markdown, "APC: interventions (all but accepted)")[1:] == ["-", "3"]
     assert (tmp_path / "target_deviation.png").stat().st_size > 0

@@ -78,8 +78,8 @@ def _two_long_prefills_and_a_decode(engine: OfflineEngine) -> None:
 
 
 def test_decodes_first_switch_puts_decodes_then_prefills_by_key(config_only_model):
-    """Seed 000's service (``decodes_first``): vLLM appends admitted requests, so a decode
-    admitted after a long partial prefill would sit behind it; the switch moves decodes to
+    """The chunked-prefill paper's service (``decodes_first``): vLLM appends admitted requests, so a
+    decode admitted after a long partial prefill would sit behind it; the switch moves decodes to
     the front and sorts prefills."""
     engine = _engine(config_only_model, config=AGING_DECODES_FIRST, max_num_batched_tokens=64)
     scheduler = engine.scheduler
@@ -358,8 +358,8 @@ def test_fcfs_schedules_exactly_as_stock_vllm(config_only_model, async_schedulin
 
 
 def test_fcfs_with_decodes_first_serves_decodes_before_a_running_prefill(config_only_model):
-    """Seed 000's service as a switch on the control: a decode admitted behind a partial
-    prefill still gets its token before the prefill takes the rest of the budget."""
+    """The chunked-prefill paper's service as a switch on the control: a decode admitted behind a
+    partial prefill still gets its token before the prefill takes the rest of the budget."""
     results = {}
     for decodes_first in (False, True):
         config = {"fairsched": {"policy": "fcfs", "decodes_first": decodes_first}}

@@ -1,5 +1,5 @@
-"""The seed-002 orderings (Table 1), pure: each policy's defining behaviour, with plain
-request views and explicit clocks."""
+"""The ordering-policies paper's orderings (Table 1), pure: each policy's defining behaviour, with
+plain request views and explicit clocks."""
 
 from __future__ import annotations
 

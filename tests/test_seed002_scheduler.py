@@ -1,5 +1,5 @@
-"""The seed-002 policies and the ranked service mode in the real vLLM scheduler, driven by
-fake model outputs (the pattern of vLLM's own scheduler tests)."""
+"""The ordering-policies paper's policies and the ranked service mode in the real vLLM scheduler,
+driven by fake model outputs (the pattern of vLLM's own scheduler tests)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_every_policy_finishes_everything_with_aborts_and_leaks_nothing(
 
 @pytest.mark.parametrize("cls", [FairScheduler, FairSyncScheduler])
 def test_ranked_serves_at_most_max_batch_size_and_everything_finishes(config_only_model, cls):
-    """The seed's semantics: never more than max_batch_size requests in a step, though many
+    """The paper's semantics: never more than max_batch_size requests in a step, though many
     more are running (holding KV) and waiting."""
     engine = _engine(config_only_model, {"policy": "spf", "service": "ranked",
                                          "max_batch_size": 3},

@@ -1,5 +1,5 @@
 """End to end: every vLLM feature a deployment turns on keeps working under each policy
-family (issue 11), on a real OpenAI-compatible server with the tiny model.
+family, on a real OpenAI-compatible server with the tiny model.
 
 Why: the plugin wraps vLLM's ``schedule()``, hides and re-orders requests and caps prefill
 chunks; a feature whose requests vLLM treats specially (grammar compilation, several

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "fairsched_plugin"
 PAGE = ROOT / "docs" / "troubleshooting.md"
 
-TOOLS = ("bench", "sim", "model", "data", "demo.py", "cli.py", "cli_help.py",
+TOOLS = ("bench", "experiment", "sim", "model", "data", "demo.py", "cli.py", "cli_help.py",
          "check_config.py", "sharegpt.py", "predictor/cli.py", "predictor/train.py",
          "predictor/export.py", "predictor/evaluate.py", "predictor/dataset.py")
 """The command-line tools: they run outside vLLM, and report their own errors."""

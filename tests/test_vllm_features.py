@@ -1,4 +1,4 @@
-"""Standard vLLM features keep working under the plugin (issue 11), on vLLM's real
+"""Standard vLLM features keep working under the plugin, on vLLM's real
 scheduler with fake model outputs: pause states, blocked waiting requests, the plan's
 non-exclusivity, speculative-decoding padding, priority scheduling, prefix caching, the
 automatic alpha's arrival order, vLLM's per-request bounds, failure isolation and work

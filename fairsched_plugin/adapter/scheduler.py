@@ -4,14 +4,14 @@ vLLM's ``schedule()`` is wrapped, never copied. Per step:
 
 1. the policy refreshes the online state its keys read (output-length estimates, tier
    service, KV pressure); when that changed, the waiting heaps are re-keyed;
-2. with ``service: ranked`` (the seed-002 semantics), only the top ``max_batch_size``
-   requests by key, running and waiting together, are served: running requests outside the
-   top are hidden from vLLM's loop for the step (keeping their KV cache) and admissions
+2. with ``service: ranked`` (the ordering-policies paper's semantics), only the top
+   ``max_batch_size`` requests by key, running and waiting together, are served: running requests
+   outside the top are hidden from vLLM's loop for the step (keeping their KV cache) and admissions
    are capped at the waiting requests inside it; with ``decode_share``, while prefill
    work waits, the newest decodes beyond that share of the budget are hidden the same
    way (``policies.decode_hold``);
-3. with ``decodes_first`` (seed 000's service), or a policy that orders decodes, the
-   running list is reordered in place: decodes first (by key, except under policies that
+3. with ``decodes_first`` (the chunked-prefill paper's service), or a policy that orders decodes,
+   the running list is reordered in place: decodes first (by key, except under policies that
    keep vLLM's admission order), then partial prefills by rank, best first; otherwise
    vLLM's running order stays as it is;
 4. the plan (``policies.plan_prefill_caps``) gives each running partial prefill the tokens

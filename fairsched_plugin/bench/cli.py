@@ -45,7 +45,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     case = bench.add_mutually_exclusive_group(required=True)
     case.add_argument("--workload", type=workload_names, metavar="NAME[,NAME...]",
                       help="generate these workloads (one server start per arm replays all; "
-                           f"{SEED002_SUITE!r} = the eight seed-002 categories): "
+                           f"{SEED002_SUITE!r} = the ordering-policies paper's eight categories): "
                            + ", ".join(WORKLOADS))
     case.add_argument("--case", type=Path, help="replay this case file (JSONL)")
     add_trace_arguments(bench, case)

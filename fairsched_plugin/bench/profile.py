@@ -1,7 +1,7 @@
 """``fairsched profile``: collect the latency predictor's samples from a real server.
 
-Seed 000 (section 3.2.1 item 3) profiles the token-budget scheduler "under diverse arrival
-rates, prompt-length mixtures, and concurrency levels". One server runs the plugin's
+The chunked-prefill paper (section 3.2.1 item 3) profiles the token-budget scheduler "under diverse
+arrival rates, prompt-length mixtures, and concurrency levels". One server runs the plugin's
 ``fcfs`` policy (vLLM's decode-first token-budget rule, arrival order) with
 ``profile.path`` set, so the scheduler appends every step's raw features and measured
 batch latency to the CSV. The driver replays a cycle of phases, each a small case of one

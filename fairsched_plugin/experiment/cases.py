@@ -37,7 +37,7 @@ SEED002_CATEGORIES = (
     "steady_short", "steady_mixed", "bursty_conversational", "bursty_long",
     "flash_crowd", "low_load", "short_long_mix", "uniform",
 )
-"""The eight seed-002 workload categories, in the order of the seed's tables."""
+"""The ordering-policies paper's eight workload categories, in the order of the paper's tables."""
 
 
 def workload_names(text: str) -> list[str]:

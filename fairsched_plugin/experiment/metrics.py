@@ -205,7 +205,8 @@ def _timed_against(trace: Sequence[TraceRecord], target_ms: float | None,
 
 def latency_control(trace: Sequence[TraceRecord], target_ms: float | None = None
                     ) -> dict[str, Any]:
-    """How closely measured step times follow a latency target (seed 000 Table 9):
+    """How closely measured step times follow a latency target (the chunked-prefill paper's Table
+    9):
     ``target_ms`` for every step, or each step's own LPRS target (``target_ms`` is then
     their median and ``target_fixed`` false).
 

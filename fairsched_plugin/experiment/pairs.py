@@ -1,7 +1,7 @@
 """The pool of ShareGPT request/response pairs that workload cases are drawn from.
 
-Seed 002 (section 5.1) builds its workloads from human-to-assistant pairs: tokenize
-prompt and response, drop pairs with fewer than four tokens on either side or above a
+The ordering-policies paper (section 5.1) builds its workloads from human-to-assistant pairs:
+tokenize prompt and response, drop pairs with fewer than four tokens on either side or above a
 4096-token cap, de-duplicate, and label each pair by prompt length. This module does
 exactly that, with the tokenizer of the model being served, so that the token counts
 a case promises are the counts the engine sees.

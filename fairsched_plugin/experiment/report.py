@@ -1,11 +1,11 @@
 """Side-by-side report of scheduling-policy arms: markdown tables, PNG plots and one JSON file.
 
-A run of a single server is noisy (see DESIGN.md), so every arm is a list of repeats and every
+A run of a single server is noisy (docs/benchmark.md), so every arm is a list of repeats and every
 number in the tables is the mean over repeats with half the repeat range beside it. The table
-layouts follow the seeds so results can be read against them: seed 000 Tables 4, 9 and 10
-(mean/P95 per policy, latency quantiles, scheduling dynamics) and seed 002 Tables 2 and 3
-(throughput and P95 latency per policy and workload category), Figures 2 and 4 (latency-
-throughput frontier, tails normalised to the baseline) and Figure 5 (batch efficiency).
+layouts follow the papers so results can be read against them: the chunked-prefill paper's Tables 4,
+9 and 10 (mean/P95 per policy, latency quantiles, scheduling dynamics) and the ordering-policies
+paper's Tables 2 and 3 (throughput and P95 latency per policy and workload category), Figures 2 and
+4 (latency-throughput frontier, tails normalised to the baseline) and Figure 5 (batch efficiency).
 
 Plots are drawn on plain ``Figure`` objects with the Agg canvas: no display, no pyplot state.
 Without matplotlib (the ``bench`` extra) the report is written without them.
@@ -299,7 +299,7 @@ def _main_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
 
 def _seed000_table4_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
     return (
-        "## 2. Mean and P95 latency per arm (seed 000 Table 4 layout)\n\n"
+        "## 2. Mean and P95 latency per arm (the chunked-prefill paper's Table 4 layout)\n\n"
         + _latency_table(analysis, SEED000_TABLE4)
     )
 
@@ -326,7 +326,7 @@ def _quantile_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
         for arm, a in analysis.items()
     )
     return (
-        "## 3. Latency quantiles (seed 000 Table 9 layout)\n\n"
+        "## 3. Latency quantiles (the chunked-prefill paper's Table 9 layout)\n\n"
         + _table(headers, rows)
         + f"\n\nPrefill E2E source (trace = engine prefill end, ttft = TTFT stand-in): {sources}."
     )
@@ -367,7 +367,7 @@ def _metric_table(analysis: Mapping[str, Mapping[str, Any]], spec: Sequence[tupl
 
 def _efficiency_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
     text = (
-        "## 5. Fairness and batch efficiency (seed 000 Table 10 layout)\n\n"
+        "## 5. Fairness and batch efficiency (the chunked-prefill paper's Table 10 layout)\n\n"
         + _metric_table(analysis, EFFICIENCY_ROWS)
         + "\n\nJain index over E2E / output tokens per completed request: 1 = every request "
         "waited the same per generated token. Batch rows come from the scheduler trace "
@@ -519,7 +519,7 @@ def _category_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
         _mean(a["by_category"].get(c), *p95) for a in analysis.values() for c in categories
     )
     return "\n\n".join([
-        "## 7. Per workload category (seed 002 Tables 2 and 3 layout)",
+        "## 7. Per workload category (the ordering-policies paper's Tables 2 and 3 layout)",
         "Output throughput (tokens/s), higher is better:",
         _category_table(analysis, categories, throughput, 1.0),
         f"P95 E2E latency ({unit}), lower is better:",
@@ -552,7 +552,8 @@ CONTROL_ROWS = (
 
 def _control_section(analysis: Mapping[str, Mapping[str, Any]]) -> str:
     return (
-        "## 8. Latency control and active prefill control (seed 000 Tables 9 and 10)\n\n"
+        "## 8. Latency control and active prefill control "
+        "(the chunked-prefill paper's Tables 9 and 10)\n\n"
         + _metric_table(analysis, CONTROL_ROWS)
         + "\n\nStep time = the scheduler's measured batch time. A decode-only step cannot be "
         "shaped by chunk choice, so the share is also given over steps that scheduled prefill "
@@ -566,7 +567,8 @@ def _category_table(
     path: tuple[str, ...],
     scale: float,
 ) -> str:
-    """Rows = categories, columns = arms, last row the mean over categories (seed 002 style)."""
+    """Rows = categories, columns = arms, last row the mean over categories (the ordering-policies
+    paper style)."""
     rows = [
         [category]
         + [_cell(_stat(a["by_category"].get(category), *path), scale) for a in analysis.values()]
@@ -695,8 +697,8 @@ def _plot_tail_ratios(
 def _plot_category_tail_ratios(
     path: Path, analysis: Mapping[str, Any], baseline: str, colors: Mapping[str, str]
 ) -> None:
-    """Seed 002 Figure 4: P95 and P99 E2E latency of each arm over the baseline's, per
-    workload category and as the geometric mean over categories."""
+    """The ordering-policies paper's Figure 4: P95 and P99 E2E latency of each arm over the
+    baseline's, per workload category and as the geometric mean over categories."""
     categories = _categories(analysis)
     groups = [*categories, "geo-mean"]
     figure, axes = _figure(width=max(10.0, 0.3 * len(groups) * len(analysis)), height=7.0,
@@ -728,7 +730,8 @@ def _plot_category_tail_ratios(
 def _plot_deviation_histogram(
     path: Path, runs: Runs, analysis: Mapping[str, Any], colors: Mapping[str, str]
 ) -> None:
-    """Seed 000 Table 9's companion: where measured step times fall around the target."""
+    """The chunked-prefill paper's Table 9's companion: where measured step times fall around the
+    target."""
     figure, axes = _figure(width=9.0, height=5.0)
     ax = axes[0]
     bins = np.linspace(-1.0, 2.0, 61)
@@ -845,7 +848,8 @@ def _write_figures(
     _plot_ttft_frontier(out_dir / figures[4][0], analysis, baseline, colors)
     if len(_categories(analysis)) > 1:
         figures.append(("tail_vs_baseline_by_category.png",
-                        f"P95 and P99 E2E normalised to {baseline} per category (seed 002 Fig. 4)"))
+                        f"P95 and P99 E2E normalised to {baseline} per category "
+                         "(the ordering-policies paper's Fig. 4)"))
         _plot_category_tail_ratios(out_dir / figures[-1][0], analysis, baseline, colors)
     if any("control" in a["aggregate"] for a in analysis.values()):
         figures.append(("target_deviation.png", "Step-time deviation from the latency target"))

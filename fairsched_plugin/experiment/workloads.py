@@ -34,10 +34,11 @@ multi_turn               300    conversations start Poisson 2; each next     eac
                                 turn 3 s after the previous one              its history
 =======================  =====  ===========================================  ====================
 
-The first eight are seed 002's categories (section 5.1: steady short, steady mixed,
-bursty conversational, bursty long, flash crowd, low load, short/long mix, uniform
+The first eight are the ordering-policies paper's categories (section 5.1: steady short, steady
+mixed, bursty conversational, bursty long, flash crowd, low load, short/long mix, uniform
 baseline; Poisson arrivals have exponential gaps, bursty ones are clusters with
-random spacing inside). The last two are seed 000's (section 4.1): ShareGPT at a fixed
+random spacing inside). The last two are the chunked-prefill paper's (section 4.1): ShareGPT at a
+fixed
 0.1 s gap (100 or 200 requests for Aging; 1,000 requests at 0.1 s and 1.0 s for LPRS:
 ``rate_scale=0.1`` turns 0.1 s into 1.0 s) and the APC ablation mix, whose paper gives
 only the 49:1 ratio, the two length ranges and "an arrival rate that changes"; the
@@ -60,7 +61,7 @@ Details that hold for every workload:
   inside clusters, spike windows): the timeline stretches by ``1 / rate_scale`` and the
   drawn prompts stay the same. Use about 0.1 for the tiny CPU engine.
 - ``max_prompt_tokens`` / ``max_output_tokens`` leave pairs above the cap out of the
-  draw, so lengths stay as ShareGPT has them (seed 000's Aging runs: 512 / 512).
+  draw, so lengths stay as ShareGPT has them (the chunked-prefill paper's Aging runs: 512 / 512).
 - ``output_tokens`` is the pair's response length and ``prompt_tokens`` the pool's
   count, the BOS included (see ``experiment.case_files`` for what the replay does with them).
 - ``apc_mix`` prompts are ShareGPT prompts cut, with the served tokenizer, to a
@@ -267,8 +268,8 @@ class FixedGapParams:
 
 @dataclass(frozen=True)
 class ApcMixParams:
-    """Seed 000's APC ablation mix: ``short_per_long`` short prompts per long one, with
-    prompt lengths (tokens, inclusive) drawn uniformly from the two ranges, arriving in
+    """The chunked-prefill paper's APC ablation mix: ``short_per_long`` short prompts per long one,
+    with prompt lengths (tokens, inclusive) drawn uniformly from the two ranges, arriving in
     Poisson ``phases`` of (share of requests, rate req/s)."""
 
     num_requests: int
@@ -542,13 +543,14 @@ WORKLOADS: dict[str, Workload] = {
     for w in (
         Workload(
             "steady_short",
-            "seed 002: steady Poisson traffic of short prompts",
+            "ordering-policies paper: steady Poisson traffic of short prompts",
             PoissonParams(num_requests=500, rate_per_s=20.0, class_mix={"short": 1.0}),
             _generate_poisson,
         ),
         Workload(
             "steady_mixed",
-            "seed 002: steady Poisson traffic, mostly short with medium and long prompts",
+            "ordering-policies paper: steady Poisson traffic, mostly short with medium and long "
+            "prompts",
             PoissonParams(
                 num_requests=500,
                 rate_per_s=10.0,
@@ -558,7 +560,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "bursty_conversational",
-            "seed 002: bursts of short and medium (chat-like) prompts",
+            "ordering-policies paper: bursts of short and medium (chat-like) prompts",
             BurstyParams(
                 num_requests=500,
                 cluster_rate_per_s=1.0,
@@ -571,7 +573,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "bursty_long",
-            "seed 002: bursts dominated by long prompts (head-of-line blocking)",
+            "ordering-policies paper: bursts dominated by long prompts (head-of-line blocking)",
             BurstyParams(
                 num_requests=300,
                 cluster_rate_per_s=0.5,
@@ -584,7 +586,8 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "flash_crowd",
-            "seed 002: steady background and one sudden spike of near-simultaneous requests",
+            "ordering-policies paper: steady background and one sudden spike of near-simultaneous "
+            "requests",
             FlashCrowdParams(
                 num_requests=500,
                 background_rate_per_s=5.0,
@@ -597,33 +600,34 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "low_load",
-            "seed 002: low-rate Poisson traffic, prompts as in the pool",
+            "ordering-policies paper: low-rate Poisson traffic, prompts as in the pool",
             PoissonParams(num_requests=100, rate_per_s=1.0, class_mix=None),
             _generate_poisson,
         ),
         Workload(
             "short_long_mix",
-            "seed 002: a fixed ratio of short and long prompts",
+            "ordering-policies paper: a fixed ratio of short and long prompts",
             PoissonParams(num_requests=400, rate_per_s=8.0, class_mix={"short": 0.8, "long": 0.2}),
             _generate_poisson,
         ),
         Workload(
             "uniform",
-            "seed 002: baseline, prompts uniformly from the whole pool at a steady rate",
+            "ordering-policies paper: baseline, prompts uniformly from the whole pool at a steady "
+            "rate",
             PoissonParams(num_requests=500, rate_per_s=10.0, class_mix=None),
             _generate_poisson,
         ),
         Workload(
             "sharegpt_fixed_gap",
-            "seed 000: ShareGPT at a fixed gap (Aging: 100/200 at 0.1 s; LPRS: 1000 at "
-            "0.1 s or 1.0 s)",
+            "chunked-prefill paper: ShareGPT at a fixed gap (Aging: 100/200 at 0.1 s; LPRS: 1000 "
+            "at 0.1 s or 1.0 s)",
             FixedGapParams(num_requests=200, gap_s=0.1),
             _generate_fixed_gap,
         ),
         Workload(
             "apc_mix",
-            "seed 000: APC ablation, 49:1 short (30-50 tokens) to long (200-220) prompts, "
-            "rate changing low -> high -> low",
+            "chunked-prefill paper: APC ablation, 49:1 short (30-50 tokens) to long (200-220) "
+            "prompts, rate changing low -> high -> low",
             ApcMixParams(
                 num_requests=1000,
                 short_tokens=(30, 50),

@@ -1,5 +1,5 @@
-"""Adaptive fair LCB (seed 002, Table 1): estimated remaining work, optimistic by its
-uncertainty, with an age bonus, a service-tier deficit and KV-cache pressure.
+"""Adaptive fair LCB (the ordering-policies paper, Table 1): estimated remaining work, optimistic by
+its uncertainty, with an age bonus, a service-tier deficit and KV-cache pressure.
 
 For a request of prompt class ``c`` and tier ``t`` (smaller value first)::
 

@@ -1,4 +1,4 @@
-"""The Aging prefill order of seed 000, section 3.1 (Eq. 1-4).
+"""The Aging prefill order of the chunked-prefill paper, section 3.1 (Eq. 1-4).
 
 Priority ``P_i = alpha * (now - a_i) + beta * r_i`` with ``alpha > 0`` (priority gained per
 second of waiting) and ``beta < 0`` (priority lost per remaining prefill token). Because

@@ -1,5 +1,5 @@
-"""Chunk-end alignment to the KV block size (seed 000; automatic on Ascend NPUs, whose
-block size is 128): a chunk that does not finish its prompt ends on a block boundary."""
+"""Chunk-end alignment to the KV block size (the chunked-prefill paper; automatic on Ascend NPUs,
+whose block size is 128): a chunk that does not finish its prompt ends on a block boundary."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""APC, active prefill control (seed 000 §3.3, Eq. 12-14), plus a deferral bound.
+"""APC, active prefill control (the chunked-prefill paper's §3.3, Eq. 12-14), and a deferral
+bound.
 
 Per step: a dynamic cap on how many prefills may be active in the batch (Eq. 12), a
 minimum useful chunk per prefill (Eq. 13), and the decision on each proposed chunk
@@ -8,10 +9,8 @@ to make minimum progress, so APC itself never starves anything.
 
 The cap counts the prefills the step leaves unfinished (the paper's "active, incomplete
 prefill requests"): a chunk that finishes its prompt is accepted whatever the count and
-does not add to it, since it fragments nothing and leaves the active set with this step.
-Counting it held short prompts back in bursts: on ShareGPT traffic at 0.9x of capacity
-(H100, 8,192-token budget) the cap of 8 raised P99 TTFT to 1.05x of stock's where APC
-off gave 0.97x.
+does not add to it, since it fragments nothing and leaves the active set with this step;
+counting it would hold short prompts back in bursts.
 """
 
 from __future__ import annotations

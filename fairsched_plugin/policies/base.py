@@ -31,7 +31,8 @@ class RequestView:
 
     ``vllm_priority`` is vLLM's ``Request.priority`` (the OpenAI request field, smaller is
     more urgent): the level of vLLM's priority scheduling, and the service tier of the
-    seed-002 policies. Not Aging's Eq. 1 priority (:meth:`AgingPolicy.priority`).
+    the ordering-policies paper's policies. Not Aging's Eq. 1 priority
+    (:meth:`AgingPolicy.priority`).
 
     ``deadline``: once the policy's :meth:`~OrderingPolicy.overdue_cutoff` reaches it, a
     policy that assigns deadlines (``OrderingPolicy.uses_deadlines``) serves the request

@@ -1,5 +1,5 @@
 """The plan's candidates in the policy's order, each with its bound (step 2 of ``plan``;
-seed 000 Algorithm 1, line 4).
+the chunked-prefill paper's Algorithm 1, line 4).
 
 A chunk rule walks them one by one, and looks ahead along the same walk under assumed
 chunks; the bounds follow vLLM's own per-request limits and admission rules, so the

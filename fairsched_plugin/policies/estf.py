@@ -1,5 +1,5 @@
-"""Estimated shortest tokens first (seed 002, Table 1): the online output-length estimate
-of the request's class, minus what it has generated.
+"""Estimated shortest tokens first (the ordering-policies paper, Table 1): the online output-length
+estimate of the request's class, minus what it has generated.
 
 Cold start: until ``min_samples`` requests have completed every request gets the same
 prior estimate, so the order is arrival order; per-class averages take over class by

@@ -1,6 +1,7 @@
-"""Arrival order: vLLM's stock FCFS (``fcfs``) and the seed-002 FIFO baseline (``fifo``).
+"""Arrival order: vLLM's stock FCFS (``fcfs``) and the ordering-policies paper's FIFO baseline
+(``fifo``).
 
-The two are the same order; ``fifo`` exists under the seed's name so that its comparison
+The two are the same order; ``fifo`` exists under the paper's name so that its comparison
 tables read as published, and a run with both arms shows the noise between identical
 schedulers.
 """
@@ -15,8 +16,8 @@ class FCFSPolicy(OrderingPolicy):
 
     vLLM's loop already serves its running list in admission order and admits waiting
     requests by arrival, so the adapter leaves both alone (no reorder, no plan) and this
-    arm is a control: against stock vLLM it measures only the plugin's machinery. Seed
-    000's decodes-first service is the separate ``decodes_first`` switch."""
+    arm is a control: against stock vLLM it measures only the plugin's machinery. The
+    chunked-prefill paper's decodes-first service is the separate ``decodes_first`` switch."""
 
     orders_decodes = False
     follows_vllm_order = True

@@ -259,7 +259,7 @@ class GuardedSRPF(_Guarded, OrderingPolicy):
 
 
 class GuardedAging(_Guarded, AgingPolicy):
-    """Seed 000's Aging order with the automatic alpha, inside the FCFS guard.
+    """The chunked-prefill paper's Aging order with the automatic alpha, inside the FCFS guard.
 
     The two protect the tail at different loads. With short queues (bursts at moderate
     load) Aging's age term lets a long prompt overtake younger short ones within a few of

@@ -1,4 +1,5 @@
-"""LPRS, latency-predictive chunk selection (seed 000 §3.2.2, Eq. 6-11, Algorithm 1).
+"""LPRS, latency-predictive chunk selection (the chunked-prefill paper's §3.2.2, Eq. 6-11,
+Algorithm 1).
 
 For one prefill candidate: the feasible bound ``h = min(remaining, budget left)``, the
 candidate chunks ``{1, h} ∪ {kΔ ≤ h}``, a latency prediction for each, and the chunk whose

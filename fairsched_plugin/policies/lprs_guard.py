@@ -3,8 +3,7 @@
 LPRS is only as good as its predictor. A model trained on another engine, GPU, model or
 vLLM version can be far off for every batch, and LPRS then throttles the engine: with a
 model that predicts ten times the real step time, every candidate overflows the target and
-takes one token (on the CPU engine: 161 steps where the token budget took 17, with the
-online bias pinned at its limit). The guard compares, over the last ``window`` dispatched
+takes one token, however far the online bias moves. The guard compares, over the last ``window`` dispatched
 batches, what was predicted (with the bias) with the measured step time, and LPRS falls
 back to the token-budget rule while
 

@@ -2,7 +2,7 @@
 
 ESTF and AF-LCB know nothing of a request's output length in advance; they learn the
 average (and spread) of completed requests' output lengths, per prompt-length class
-(short < 128 <= medium <= 1024 < long, the seed's classes) and over all classes.
+(short < 128 <= medium <= 1024 < long, the paper's classes) and over all classes.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from ..settings import ESTFConfig
 
 SHORT_BELOW = 128
-"""Prompts with fewer tokens are ``short`` (seed 002, section 5.1)."""
+"""Prompts with fewer tokens are ``short`` (the ordering-policies paper, section 5.1)."""
 LONG_ABOVE = 1024
 """Prompts with more tokens are ``long``; the rest are ``medium``."""
 CLASSES = ("short", "medium", "long")
 
 
 def prompt_class(prompt_tokens: int) -> str:
-    """The seed's request class from the visible prompt length: ``short`` (< 128 tokens),
+    """The paper's request class from the visible prompt length: ``short`` (< 128 tokens),
     ``medium`` (128..1024) or ``long`` (> 1024). The workload builder uses it too."""
     if prompt_tokens < SHORT_BELOW:
         return "short"

@@ -1,5 +1,5 @@
-"""One step's prefill decision, in the order it is made (seed 000 §3.2.2-3.3: Algorithm 1,
-Eq. 12-14).
+"""One step's prefill decision, in the order it is made (the chunked-prefill paper's §3.2.2-3.3:
+Algorithm 1, Eq. 12-14).
 
 The adapter gathers what vLLM knows (the running partial prefills' and the admissible
 waiting requests' views, the decodes, free slots, KV room), starts the chunk rule's step

@@ -1,5 +1,5 @@
-"""Ranked service, the seed-002 semantics: each step serves at most ``max_batch_size``
-active requests in policy order; the rest keep their KV cache and wait.
+"""Ranked service, the ordering-policies paper's semantics: each step serves at most
+``max_batch_size`` active requests in policy order; the rest keep their KV cache and wait.
 
 "Active" is every request the engine has accepted, running or waiting. The top
 ``max_batch_size`` by key are served: the running ones among them stay visible to vLLM's

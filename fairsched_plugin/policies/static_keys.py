@@ -1,4 +1,5 @@
-"""The seed-002 orderings whose key is fixed by request metadata (seed 002, Table 1).
+"""The ordering-policies paper's orderings whose key is fixed by request metadata (the
+ordering-policies paper, Table 1).
 
 Tier, shortest and longest prompt first, the oracle shortest remaining tokens first and
 aging shortest-prompt-first: each a one-line value, ties broken by arrival then id.

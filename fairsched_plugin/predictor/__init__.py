@@ -1,4 +1,4 @@
-"""The batch-latency predictor of seed 000 (section 3.2.1): features, memory state,
+"""The batch-latency predictor of the chunked-prefill paper (section 3.2.1): features, memory state,
 profiling, training, ONNX export, ONNX Runtime serving and evaluation.
 
 The scheduler imports ``features``, ``memory``, ``profiling`` and ``runtime`` (numpy and

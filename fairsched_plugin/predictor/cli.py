@@ -55,7 +55,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--weight-power", type=float, default=_DEFAULTS.weight_power,
                       help="sample weight = bucket count ** -this (0: unweighted)")
     data.add_argument("--seed", type=int, default=0, help="split, sampling and training seed")
-    model = train.add_argument_group("model and training (seed 000 Table 7 defaults)")
+    model = train.add_argument_group(
+        "model and training (the chunked-prefill paper's Table 7 defaults)")
     model.add_argument("--hidden-sizes", type=_ints, default=(128, 64, 32), metavar="H1,H2,...",
                        help="the MLP's hidden layer widths")
     model.add_argument("--dropout", type=float, default=0.1, help="dropout after each hidden layer")

@@ -1,5 +1,5 @@
-"""From profiled steps to training data (seed 000, section 3.2.1 item 3): clean, bucket by
-scheduled tokens, downsample over-represented full-chunk steps, split 8:1:1, weight by
+"""From profiled steps to training data (the chunked-prefill paper, section 3.2.1 item 3): clean,
+bucket by scheduled tokens, downsample over-represented full-chunk steps, split 8:1:1, weight by
 bucket.
 
 Why each step:

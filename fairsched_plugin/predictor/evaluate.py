@@ -1,4 +1,4 @@
-"""Accuracy of a latency model in seed 000's Table 8 layout, plus plots.
+"""Accuracy of a latency model in the chunked-prefill paper's Table 8 layout, plus plots.
 
 Metrics: MAE, RMSE, MAPE; absolute-error percentiles P50/P90/P95/P99; the share of
 predictions within 5 ms and within 10 ms. Added because LPRS cares which way a model

@@ -1,5 +1,5 @@
 """The latency predictor's 16 features: the one definition profiling, training and
-serving share (seed 000, section 3.2.1, Tables 1 and 2).
+serving share (the chunked-prefill paper, section 3.2.1, Tables 1 and 2).
 
 The 11 raw features, in Table 1's order, describe one scheduled batch:
 

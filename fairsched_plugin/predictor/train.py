@@ -1,4 +1,4 @@
-"""Train the latency MLP (seed 000, section 3.2.1 item 4 and Table 7).
+"""Train the latency MLP (the chunked-prefill paper, section 3.2.1 item 4 and Table 7).
 
 The network is 16 -> 128 -> 64 -> 32 -> 1 with ReLU and dropout 0.1, trained with AdamW
 (lr 2e-3, weight decay 1e-3, batch 256, up to 300 epochs, early stopping on the validation

@@ -1,5 +1,5 @@
-"""Seed 000's head-of-line case on a freshly started scheduler: a long prompt arrives first
-at an empty queue, short ones right behind it. How many steps do the short ones wait?
+"""The chunked-prefill paper's head-of-line case on a freshly started scheduler: a long prompt
+arrives first at an empty queue, short ones right behind it. How many steps do the short ones wait?
 
 Stock vLLM keeps a running prefill ahead of everything that waits, so the short prompts
 queue until the long one has been chunked through; an order that lets them pass serves them

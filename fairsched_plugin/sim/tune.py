@@ -1,7 +1,7 @@
 """``fairsched tune``: search policies and settings on the simulator for a workload and a
 step-time model, against stock vLLM.
 
-The objective (defaults from issue 13): the lowest median TTFT among candidates whose P99
+The objective (the defaults): the lowest median TTFT among candidates whose P99
 TTFT is at most 1.1x stock's, mean E2E at most 1.0x and output throughput at least 0.95x;
 optionally (``--max-tpot-ratio``) the P99 request's time per output token at most that
 ratio of stock's, because holding decodes back (``decode_share``) buys TTFT with TPOT.
