@@ -42,6 +42,7 @@ from .policies.registry import POLICIES
 # Every section class is re-exported: callers take the whole configuration from here.
 from .predictor.roofline import parse_device
 from .predictor.hardware import MODEL_ALIASES, MODEL_CONFIGS, PresetError
+from .user_files import json_object
 from .settings import (
     ALIGN_MODES,
     AUTO,
@@ -442,13 +443,7 @@ def _read_json_source(text: str) -> Mapping[str, Any]:
             raise ConfigError(
                 f"{CONFIG_ENV}: neither a JSON object nor a readable UTF-8 file: {raw!r} ({exc})"
             ) from exc
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{CONFIG_ENV}: not valid JSON ({exc})") from exc
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{CONFIG_ENV}: must hold a JSON object, got {type(data).__name__}")
-    return data
+    return json_object(raw, ConfigError, CONFIG_ENV)
 
 
 def _suggestion(close: Iterable[str]) -> str:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import json
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -22,6 +24,20 @@ GZIP_MAGIC = b"\x1f\x8b"
 class UserFileError(ValueError):
     """A file that cannot be read, or an output path that cannot be written; the message
     names the path."""
+
+
+def json_object(text: str, error: Callable[[str], Exception], where: str = "") -> dict[str, Any]:
+    """``text`` parsed as JSON, which must be an object; otherwise ``error`` with a message
+    that starts with ``where`` (the file and line, the variable, the model's metadata),
+    when the reader knows it."""
+    prefix = f"{where}: " if where else ""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{prefix}not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise error(f"{prefix}must hold a JSON object, got {type(value).__name__}")
+    return value
 
 
 def read_text(path: str | Path,

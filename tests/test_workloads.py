@@ -206,7 +206,8 @@ def test_pool_round_trips_through_jsonl(tmp_path: Path, pool: PairPool) -> None:
 
 
 def request(**changes: object) -> WorkloadRequest:
-    base = WorkloadRequest("r0", 0.5, "hello there", 3, 8, 1, "short", "uniform")
+    base = WorkloadRequest(id="r0", arrival_s=0.5, prompt="hello there", prompt_tokens=3,
+                           output_tokens=8, tier=1, request_class="short", category="uniform")
     return replace(base, **changes)
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ..user_files import read_text
+from ..user_files import json_object, read_text
 from .pairs import REQUEST_CLASSES, request_class
 
 CASE_KEYS = (
@@ -63,28 +63,34 @@ class CaseFormatError(ValueError):
     """A case line that is not a valid request; the message names the key."""
 
 
-@dataclass(frozen=True)
-class WorkloadRequest:
-    """One request of a case. ``request_class`` is the JSON key ``class``.
+@dataclass(frozen=True, kw_only=True)
+class RecordedRequest:
+    """What a trace records of one request, and so what every case's request has too.
 
     ``blocks``: where the workload knows which prompts share a prefix, the names of this
     request's blocks of ``block_tokens`` tokens (the last one partial), over its prompt
     and, for a conversation's turn, its answer (the next turn repeats both): equal names
     are equal tokens, so the simulator's prefix cache hits where a real one would."""
 
-    id: str
     arrival_s: float
-    prompt: str
     prompt_tokens: int
     output_tokens: int
-    tier: int
-    request_class: str
-    category: str
     blocks: tuple[str, ...] = ()
     block_tokens: int = 0
     session: str = ""
     """The conversation this request is a turn of (``turn``, from 1); "" for none."""
     turn: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadRequest(RecordedRequest):
+    """One request of a case. ``request_class`` is the JSON key ``class``."""
+
+    id: str
+    prompt: str
+    tier: int
+    request_class: str
+    category: str
 
     def to_json(self) -> str:
         """One JSON Lines line (without the newline), keys in ``CASE_KEYS`` order."""
@@ -97,12 +103,7 @@ class WorkloadRequest:
     @classmethod
     def from_json(cls, text: str) -> WorkloadRequest:
         """Parse and validate one line; ``CaseFormatError`` names the offending key."""
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CaseFormatError(f"not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise CaseFormatError("a request must be a JSON object")
+        record = json_object(text, CaseFormatError)
         missing = [key for key in CASE_KEYS if key not in record]
         if missing:
             raise CaseFormatError(f"missing key(s) {', '.join(map(repr, missing))}")

@@ -29,18 +29,18 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer
 
 from ..cli_types import at_least
-from ..user_files import read_text
-from .case_files import CaseFormatError, WorkloadRequest, mean_rate
+from ..user_files import json_object, read_text
+from .case_files import CaseFormatError, RecordedRequest, WorkloadRequest, mean_rate
 from .pairs import cut_to_tokens, request_class
 from .sessions import session_blocks
 
@@ -59,20 +59,12 @@ class TraceFormatError(CaseFormatError):
     """A trace that cannot be read; the message names the file, the row and the column."""
 
 
-@dataclass(frozen=True)
-class TraceRow:
-    """One recorded request: its row in the file (from 0), arrival and token counts, and,
-    where the trace records them, the names of its blocks: two requests share a cached
-    prefix for as many leading blocks as their names agree (``block_tokens`` tokens each, the last one partial)."""
+@dataclass(frozen=True, kw_only=True)
+class TraceRow(RecordedRequest):
+    """One recorded request and its row in the file (from 0): two requests share a cached
+    prefix for as many leading blocks as their names agree."""
 
     row: int
-    arrival_s: float
-    prompt_tokens: int
-    output_tokens: int
-    blocks: tuple[str, ...] = ()
-    block_tokens: int = 0
-    session: str = ""
-    turn: int = 0
 
 
 BLOCK_TOKENS = 512
@@ -131,7 +123,8 @@ def read_trace(trace: str | Path, block_tokens: int = BLOCK_TOKENS) -> list[Trac
                                        f"before the previous row's {last:g}; sort the trace "
                                        "by arrival")
             last = arrival
-            rows.append(TraceRow(index, arrival, prompt, output))
+            rows.append(TraceRow(row=index, arrival_s=arrival, prompt_tokens=prompt,
+                                 output_tokens=output))
     except csv.Error as exc:  # not a ValueError: an overlong field, say
         raise TraceFormatError(f"{path}:{reader.line_num}: not CSV ({exc})") from None
     if not rows:
@@ -150,12 +143,7 @@ def _read_jsonl(path: Path, block_tokens: int) -> list[TraceRow]:
         if not text.strip():
             continue
         where = f"{path}:{line}"
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(f"{where}: not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise TraceFormatError(f"{where}: a request must be a JSON object")
+        record = json_object(text, TraceFormatError, where)
         if layout is None:
             layout = next((name for name, (required, _) in JSONL_FIELDS.items()
                            if required[0] in record), None)
@@ -185,9 +173,11 @@ def _read_jsonl(path: Path, block_tokens: int) -> list[TraceRow]:
                                    "before the previous request's; sort the trace by arrival")
         last = arrival
         blocks = _blocks(record, prompt, output, block_tokens, sessions, where)
-        rows.append(TraceRow(len(rows), arrival, prompt, output, blocks,
-                             block_tokens if blocks else 0,
-                             str(record.get("session", "")), record.get("turn", 0)))
+        rows.append(TraceRow(row=len(rows), arrival_s=arrival, prompt_tokens=prompt,
+                             output_tokens=output, blocks=blocks,
+                             block_tokens=block_tokens if blocks else 0,
+                             session=str(record.get("session", "")),
+                             turn=record.get("turn", 0)))
     if not rows:
         raise TraceFormatError(f"{path}: no requests")
     return rows
@@ -271,16 +261,18 @@ def trace_case(rows: Sequence[TraceRow], name: str, rate: float | None = None
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ValueError(f"--trace-rate {rate}: must be a number > 0")
     first = rows[0].arrival_s
-    case = [WorkloadRequest(id=f"{name}-{row.row}", arrival_s=row.arrival_s - first,
-                            prompt="", prompt_tokens=row.prompt_tokens,
-                            output_tokens=row.output_tokens, tier=0,
+    case = [WorkloadRequest(id=f"{name}-{row.row}", prompt="", tier=0,
                             request_class=request_class(row.prompt_tokens), category=name,
-                            blocks=row.blocks, block_tokens=row.block_tokens,
-                            session=row.session, turn=row.turn)
+                            **{**_recorded(row), "arrival_s": row.arrival_s - first})
             for row in rows]
     if rate is None or case[-1].arrival_s <= 0:
         return case
     return at_rate(case, rate)
+
+
+def _recorded(row: TraceRow) -> dict[str, Any]:
+    """The fields a trace row shares with a case's request."""
+    return {f.name: getattr(row, f.name) for f in fields(RecordedRequest)}
 
 
 def at_rate(case: Sequence[WorkloadRequest], rate: float) -> list[WorkloadRequest]:

@@ -29,7 +29,6 @@ row that were clamped, for the trace. A model without ranges is served unclamped
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping
@@ -41,6 +40,7 @@ import numpy as np
 if TYPE_CHECKING:
     import onnxruntime as ort
 
+from ..user_files import json_object
 from ..extras import INSTALL_HINT
 from .features import FEATURE_NAMES, NUM_FEATURES
 from .model_format import FORMAT_VERSION, INPUT_NAME, METADATA_KEY, OUTPUT_NAME
@@ -324,12 +324,7 @@ def _checked_metadata(session: ort.InferenceSession, path: Path) -> dict[str, An
             f"latency model {path}: no {METADATA_KEY!r} metadata; it was not exported by "
             "'fairsched train'"
         )
-    try:
-        metadata = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PredictorError(f"latency model {path}: metadata is not valid JSON ({exc})") from None
-    if not isinstance(metadata, dict):
-        raise PredictorError(f"latency model {path}: metadata is not a JSON object")
+    metadata = json_object(text, PredictorError, f"latency model {path}: metadata")
     version = metadata.get("format_version")
     if version != FORMAT_VERSION:
         raise PredictorError(
