@@ -1,4 +1,4 @@
-"""Running requests held out of one step: step 2 of the scheduler's step.
+"""Running requests held out of one step: phase 2 of the scheduler's step.
 
 With ``service: ranked``, the running requests outside the top ``max_batch_size``; with
 ``decode_share``, while prefill work waits, the newest decodes beyond their share of the

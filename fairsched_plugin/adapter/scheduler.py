@@ -1,6 +1,7 @@
 """vLLM scheduler subclasses that order requests by a fairsched policy.
 
-vLLM's ``schedule()`` is wrapped, never copied. Per step:
+vLLM's ``schedule()`` is wrapped, never copied. A step's phases, numbered as everywhere
+in the package (the plan's own stages are 4.1-4.6, ``policies.plan``):
 
 1. the policy refreshes the online state its keys read (output-length estimates, tier
    service, KV pressure); when that changed, the waiting heaps are re-keyed;
@@ -38,7 +39,7 @@ vLLM's priority orders first and the policy within a priority.
 An error in the plugin's own per-step work (ordering, hiding, planning, memory reads, the
 trace) degrades that step to vLLM's own behaviour and is logged once per place.
 
-``fcfs`` is vLLM's own order, so steps 3 and 4 are skipped for it: it is an exact
+``fcfs`` is vLLM's own order, so phases 3 and 4 are skipped for it: it is an exact
 control arm against stock vLLM. A policy with deadlines (the guarded ones) gets each
 request's deadline when it arrives, from the prefill work queued ahead of it and the recent
 backlog, counted in served prefill tokens; its queues keep the overdue lane in a second heap.
@@ -51,9 +52,9 @@ With a ``trace_path``, the automatic Aging alpha or ``profile.path``, a step mon
 also measures every step and feeds the trace file, the alpha calibration and the
 predictor profile (``adapter.step_trace``).
 
-Here: the classes vLLM is given, the wrapped ``schedule()`` (steps 1 and 5, and undoing
+Here: the classes vLLM is given, the wrapped ``schedule()`` (phases 1 and 5, and undoing
 the step), and the per-request hooks. The rest has a module each: start-up in
-``startup``, step 2 in ``held_requests``, steps 3 and 4 in ``step_plan``, the policy's
+``startup``, phase 2 in ``held_requests``, phases 3 and 4 in ``step_plan``, the policy's
 view of a request in ``request_views``, the step trace in ``step_trace``.
 """
 

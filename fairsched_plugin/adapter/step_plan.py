@@ -1,4 +1,4 @@
-"""Steps 3 and 4 of the scheduler's step: the running list's order and the plan's caps.
+"""Phases 3 and 4 of the scheduler's step: the running list's order and the plan's caps.
 
 What the plan (``policies.plan``) needs is read here from vLLM's state, as vLLM's own
 loop would meet it: the waiting requests it can admit (``adapter.admission``), the

@@ -1,4 +1,4 @@
-"""The plan's candidates in the policy's order, each with its bound (step 2 of ``plan``;
+"""The plan's candidates in the policy's order, each with its bound (phase 4.2 of a step, ``plan``;
 the chunked-prefill paper's Algorithm 1, line 4).
 
 A chunk rule walks them one by one, and looks ahead along the same walk under assumed

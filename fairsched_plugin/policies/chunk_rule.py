@@ -1,4 +1,4 @@
-"""A prefill candidate's chunk: steps 3-5 of the plan (``plan``'s module docstring).
+"""A prefill candidate's chunk: phases 4.3-4.5 of a step (``plan``'s module docstring).
 
 :class:`LatencyChunkRule` composes them for one candidate after another: LPRS's choice
 among candidate chunks by predicted batch time (the search itself is ``lprs``), the cut
@@ -50,7 +50,7 @@ class BatchLatencyModel(Protocol):
 
 
 class ChunkRule(Protocol):
-    """Decides a prefill candidate's chunk inside the plan (steps 3-5; LPRS, alignment,
+    """Decides a prefill candidate's chunk inside the plan (phases 4.3-4.5; LPRS, alignment,
     APC)."""
 
     def choose(self, view: RequestView, bound: int, walk: CandidateWalk) -> int:
@@ -60,7 +60,7 @@ class ChunkRule(Protocol):
 
 
 class LatencyChunkRule:
-    """Steps 3-5 of the plan (LPRS, alignment, APC) as a :class:`ChunkRule`.
+    """Phases 4.3-4.5 of the plan (LPRS, alignment, APC) as a :class:`ChunkRule`.
 
     One object per scheduler, reset at the start of every step (:meth:`begin_step`): it
     holds the batch as built so far (decodes first, then each accepted chunk, as
@@ -230,7 +230,7 @@ class LatencyChunkRule:
                 self._fall_back(PredictionError(f"predictor failed: {exc}"))
 
     def choose(self, view: RequestView, bound: int, walk: CandidateWalk) -> int:
-        """Steps 3-5 for one candidate: LPRS's proposal (or the bound), aligned, then
+        """Phases 4.3-4.5 for one candidate: LPRS's proposal (or the bound), aligned, then
         APC's decision; the batch grows by the chunk."""
         request_id = view.request_id
         speculation = self._speculation

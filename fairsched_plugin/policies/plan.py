@@ -5,36 +5,36 @@ The adapter gathers what vLLM knows (the running partial prefills' and the admis
 waiting requests' views, the decodes, free slots, KV room), starts the chunk rule's step
 with the decodes (``LatencyChunkRule.begin_step``, which also sets APC's cap, Eq. 12)
 and calls :func:`plan_prefill_caps`; what comes back is one token cap per request, which
-the adapter's per-request hook applies inside vLLM's own loop. In between, for every
-prefill candidate:
+the adapter's per-request hook applies inside vLLM's own loop. This is phase 4 of the
+scheduler's step (``adapter.scheduler``); in it, for every prefill candidate:
 
-1. **Order.** Running partial prefills and waiting requests are merged in the policy's
+4.1 **Order.** Running partial prefills and waiting requests are merged in the policy's
    order at ``now`` (:func:`step_rank`; the keys, e.g. Aging's, are in ``aging.py`` and
    its siblings), decodes having taken their tokens first. Under a policy whose running
    prefills come first (``OrderingPolicy.running_first``), all of them precede every
    waiting request, as in vLLM's own loop.
-2. **Bound.** ``candidate_walk.CandidateWalk`` meets the candidates in that order, each
+4.2 **Bound.** ``candidate_walk.CandidateWalk`` meets the candidates in that order, each
    with its bound ``h = min(remaining, budget left)`` (Algorithm 1, line 4) under vLLM's
    own per-request limits (``candidate_walk.ChunkLimits``), and follows vLLM's admission
    rules (free KV room, a waiting request that gets 0 ends admissions).
-3. **Chunk.** Without LPRS, the bound (vLLM's token-budget rule). With LPRS, Algorithm 1:
+4.3 **Chunk.** Without LPRS, the bound (vLLM's token-budget rule). With LPRS, Algorithm 1:
    the candidate chunks ``{1, h} ∪ {kΔ ≤ h}``, a predicted batch time for each from a
    ``chunk_rule.BatchLatencyModel``, the one closest to the target
    (``lprs.select_chunk``).
-4. **Alignment.** When on, a chunk that does not finish its prompt is cut back to end on
+4.4 **Alignment.** When on, a chunk that does not finish its prompt is cut back to end on
    a KV block boundary (``alignment.align_chunk``).
-5. **APC.** When on, Eq. 14 accepts the chunk, warm-starts a prefill, or holds it back
+4.5 **APC.** When on, Eq. 14 accepts the chunk, warm-starts a prefill, or holds it back
    (``apc.ActivePrefillControl``, with the step's cap from Eq. 12).
-6. **Cap.** The chunk is the candidate's cap; the walk moves on with the budget and KV
+4.6 **Cap.** The chunk is the candidate's cap; the walk moves on with the budget and KV
    room it leaves.
 
-Steps 3-5 are ``chunk_rule.LatencyChunkRule``, one per scheduler, built when LPRS, APC
-or alignment is on. Without it, steps 3-5 are the bound alone, and :func:`plan_prefill_caps`
+Phases 4.3-4.5 are ``chunk_rule.LatencyChunkRule``, one per scheduler, built when LPRS,
+APC or alignment is on. Without it, 4.3-4.5 are the bound alone, and :func:`plan_prefill_caps`
 takes a shorter road to the same caps (a two-way merge that stops at the last running
 prefill; waiting requests get no cap then, vLLM admits them in queue order).
 
-Here: the order (step 1), the caps (step 6) and that shorter road; step 2 is
-``candidate_walk``, steps 3-5 ``chunk_rule``. Nothing in the three imports vLLM or ONNX
+Here: the order (4.1), the caps (4.6) and that shorter road; 4.2 is ``candidate_walk``,
+4.3-4.5 ``chunk_rule``. Nothing in the three imports vLLM or ONNX
 Runtime.
 """
 
