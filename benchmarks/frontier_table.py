@@ -1,10 +1,10 @@
-"""Issue 12's verdict table: each arm against stock vLLM, per load, with the targets checked.
+"""A verdict table: each arm against stock vLLM, per load, with the targets checked.
 
 Reads the ``report.json`` of a ``fairsched bench`` or ``fairsched simulate`` run that has a
 ``stock`` arm, classes each case by stock's own median TTFT (light below 100 ms, moderate
 100-500 ms, heavy above 1 s, "between" otherwise) and prints, per case and client, every
 arm's repeat-paired ratios to stock (median over repeats, range in brackets) and which of
-the issue's targets the typical repeat meets:
+the targets the typical repeat meets:
 
 * heavy: median TTFT <= 0.5x, P99 TTFT <= 1.1x, mean E2E <= 1.0x, output tok/s >= 0.95x;
 * moderate: the same with median TTFT <= 0.8x;

@@ -141,3 +141,11 @@ def test_doc_commands_parse(page: Path, command: str, capsys: pytest.CaptureFixt
             return
         message = capsys.readouterr().err.strip().splitlines()[-1:]
         raise AssertionError(f"{page.name}: `{command}` is refused: {message}") from exc
+
+
+def test_every_benchmark_script_is_listed_with_what_it_answers():
+    """A script in ``benchmarks/`` is a documented tool or it goes."""
+    listed = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    missing = [path.name for path in sorted((ROOT / "benchmarks").glob("*.py"))
+               if f"| `{path.name}` |" not in listed]
+    assert not missing, missing

@@ -8,6 +8,9 @@ scheduler tests do), from the very first step: a policy that needs to measure th
 before it reorders shows it here.
 
     python -m fairsched_plugin.sim.head_of_line [--arms stock,guarded-srpf,...]
+
+It ships with the simulator because it runs against the vLLM installed beside the plugin:
+an operator can check a policy on their own vLLM release before serving with it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The analytic presets against published vLLM measurements of an 8B model, end to end.
 
-:mod:`calibrate` checks one layer's operator times against Vidur's profiles; this module
-checks what a user sees from a whole engine step: the time per output token of a single
-request (weights and KV read once per step, plus the engine's fixed cost per step) and the
-time to first token of one long prompt (prefill compute, chunked at the serve default
-budget). Each figure names its source; ``fit`` chooses an accelerator's bandwidth and
+``benchmarks/calibrate_presets.py`` checks one layer's operator times against Vidur's
+profiles; this module checks what a user sees from a whole engine step: the time per output
+token of a single request (weights and KV read once per step, plus the engine's fixed cost
+per step) and the time to first token of one long prompt (prefill compute, chunked at the
+serve default budget). It ships because ``fairsched suite`` prints these figures beside
+the presets it simulates. Each figure names its source; ``fit`` chooses an accelerator's bandwidth and
 attention efficiencies and per-step overhead on that accelerator's figures by the least
 mean absolute log error, which is how the H100 and A100 presets got theirs.
 """

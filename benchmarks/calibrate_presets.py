@@ -18,10 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..predictor.analytic import layer_dense_time_s
-from ..predictor.hardware import Accelerator, TransformerConfig, accelerator, model_config
+from fairsched_plugin.predictor.analytic import layer_dense_time_s
+from fairsched_plugin.predictor.hardware import (
+    Accelerator,
+    TransformerConfig,
+    accelerator,
+    model_config,
+)
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+DATA_DIR = Path(__file__).resolve().parent / "data"
 SETS = {
     "a100-80gb/llama-3-8b": ("vidur_mlp_a100-80gb_llama-3-8b.csv", "a100-80gb", "llama-3-8b"),
     "a100-80gb/llama-2-7b": ("vidur_mlp_a100-80gb_llama-2-7b.csv", "a100-80gb", "llama-2-7b"),
