@@ -173,7 +173,8 @@ NO_HARM = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "2
 @pytest.mark.parametrize("folder", ["h100-traces", "h100-sharegpt", "h100-long-context",
                                     "h100-sessions", "a100-910b-conversation",
                                     "a100-910b-traces", "a100-sessions-sharegpt",
-                                    "910b-sessions-sharegpt"])
+                                    "910b-sessions-sharegpt", "a100-910b-mooncake",
+                                    "agent"])
 def test_the_committed_no_harm_tables_render_from_their_results(tmp_path: Path, folder: str):
     from fairsched_plugin.cli import main
 
