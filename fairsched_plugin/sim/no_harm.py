@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .suite_report import LIMIT, Cell, _cell, _stock, group_key, label, ratio
+from .suite_report import LIMIT, Cell, _cell, _stock, cells_of, group_key, label, ratio
 
 
 @dataclass(frozen=True)
@@ -77,35 +77,28 @@ def failures(results: dict[str, Any], arm: str) -> list[tuple[str, float, str, f
 def no_harm_table(results: dict[str, Any], arm: str) -> list[str]:
     """One row per group and load: each bound's figure with a tick or a cross, and
     ``spf``'s median / P99 TTFT beside; then how many cells pass every bound."""
-    stock = _stock(results["cells"])
     header = ("| group | load | " + " | ".join(
         f"{b.name} {'<=' if b.at_most else '>='} {b.limit:g}" for b in BOUNDS)
         + " | spf median / P99 |")
     lines = [header, "|---|---|" + "---|" * (len(BOUNDS) + 1)]
     passed = total = 0
-    for group in results["groups"]:
-        key = group_key(group)
-        for load in results["plan"]["loads"]:
-            cell = _cell(results, key, load, arm)
-            if cell is None:
+    for key, load, base, (cell,) in cells_of(results, arm):
+        marks = []
+        ok = True
+        for bound, value in check(cell, base):
+            if value is None:
+                marks.append("-")
                 continue
-            base = stock[(key, load)]
-            marks = []
-            ok = True
-            for bound, value in check(cell, base):
-                if value is None:
-                    marks.append("-")
-                    continue
-                holds = bound.holds(value)
-                ok &= holds
-                marks.append(f"{_figure(value, bound)} {'✓' if holds else '✗'}")
-            limit = _cell(results, key, load, LIMIT)
-            spf = ("-" if limit is None else
-                   " / ".join(f"{ratio(limit, base, m) or 0:.2f}"
-                              for m in ("ttft_p50", "ttft_p99")))
-            lines.append(f"| {label(key)} | {load:g}x | " + " | ".join(marks) + f" | {spf} |")
-            passed += ok
-            total += 1
+            holds = bound.holds(value)
+            ok &= holds
+            marks.append(f"{_figure(value, bound)} {'✓' if holds else '✗'}")
+        limit = _cell(results, key, load, LIMIT)
+        spf = ("-" if limit is None else
+               " / ".join(f"{ratio(limit, base, m) or 0:.2f}"
+                          for m in ("ttft_p50", "ttft_p99")))
+        lines.append(f"| {label(key)} | {load:g}x | " + " | ".join(marks) + f" | {spf} |")
+        passed += ok
+        total += 1
     lines += ["", f"`{arm}` meets every bound in {passed} of {total} cells."]
     return lines
 
@@ -129,33 +122,26 @@ def crossings_beside(results: dict[str, Any], arm: str, other: str) -> list[str]
     """Each cell where ``arm`` crosses a bound: the figures it crosses with, ``other``'s
     figures for the same bounds, and the largest excess of each arm over any bound in that
     cell, so a reader sees whether ``arm`` gave up a gain rather than a bound there."""
-    stock = _stock(results["cells"])
     lines = ["| group | load | crossed | `" + arm + "` | `" + other + "` | "
              "largest excess: " + arm + " / " + other + " |", "|---|---|---|---|---|---|"]
     worse = total = 0
-    for group in results["groups"]:
-        key = group_key(group)
-        for load in results["plan"]["loads"]:
-            mine, theirs = _cell(results, key, load, arm), _cell(results, key, load, other)
-            if mine is None or theirs is None:
-                continue
-            base = stock[(key, load)]
-            rival_figures = dict(check(theirs, base))
-            figures = [(bound, value, rival_figures[bound])
-                       for bound, value in check(mine, base)
-                       if value is not None and rival_figures[bound] is not None]
-            crossed = [row for row in figures if not row[0].holds(row[1])]
-            if not crossed:
-                continue
-            total += 1
-            own = max(excess(bound, value) for bound, value, _o in figures)
-            rival = max(excess(bound, value) for bound, _v, value in figures)
-            worse += own > rival
-            lines.append(
-                f"| {label(key)} | {load:g}x | {', '.join(b.name for b, _v, _o in crossed)} | "
-                + ", ".join(_figure(v, b) for b, v, _o in crossed) + " | "
-                + ", ".join(_figure(o, b) for b, _v, o in crossed)
-                + f" | {own:.3f} / {rival:.3f} |")
+    for key, load, base, (mine, theirs) in cells_of(results, arm, other):
+        rival_figures = dict(check(theirs, base))
+        figures = [(bound, value, rival_figures[bound])
+                   for bound, value in check(mine, base)
+                   if value is not None and rival_figures[bound] is not None]
+        crossed = [row for row in figures if not row[0].holds(row[1])]
+        if not crossed:
+            continue
+        total += 1
+        own = max(excess(bound, value) for bound, value, _o in figures)
+        rival = max(excess(bound, value) for bound, _v, value in figures)
+        worse += own > rival
+        lines.append(
+            f"| {label(key)} | {load:g}x | {', '.join(b.name for b, _v, _o in crossed)} | "
+            + ", ".join(_figure(v, b) for b, v, _o in crossed) + " | "
+            + ", ".join(_figure(o, b) for b, _v, o in crossed)
+            + f" | {own:.3f} / {rival:.3f} |")
     if total == 0:
         return []
     return lines + ["", f"`{arm}` crosses further than `{other}` in {worse} of these "

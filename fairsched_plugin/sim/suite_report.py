@@ -7,7 +7,7 @@ latencies, above 1 for throughput. Stock's own row gives its absolute figures.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +154,19 @@ def _cell(results: dict[str, Any], key: GroupKey, load: float, arm: str) -> Cell
                  and c["arm"] == arm), None)
 
 
+def cells_of(results: dict[str, Any], *arms: str
+             ) -> Iterator[tuple[GroupKey, float, Cell, tuple[Cell, ...]]]:
+    """Per group and load, in the results' order, where every one of ``arms`` ran: the
+    group, the load, stock's cell and the arms' cells."""
+    stock = _stock(results["cells"])
+    for group in results["groups"]:
+        key = group_key(group)
+        for load in results["plan"]["loads"]:
+            cells = tuple(_cell(results, key, load, arm) for arm in arms)
+            if all(cell is not None for cell in cells):
+                yield key, load, stock[(key, load)], cells
+
+
 def verdict_table(results: dict[str, Any], arm: str) -> list[str]:
     """One line per group and load: ``arm``'s median / P99 TTFT and mean E2E ratios."""
     stock = _stock(results["cells"])
@@ -186,23 +199,16 @@ def target_table(results: dict[str, Any], arm: str) -> list[str]:
     against stock's. Empty unless the results hold ``spf``."""
     if not any(c["arm"] == LIMIT for c in results["cells"]):
         return []
-    stock = _stock(results["cells"])
     lines = ["| scenario · device · model · mode | load | mean TTFT / spf's | "
              "mean E2E / spf's | P99 TTFT of the longest class / stock's | "
              "output tok/s / stock's |", "|---|---|---|---|---|---|"]
-    for group in results["groups"]:
-        key = group_key(group)
-        for load in results["plan"]["loads"]:
-            mine, limit = _cell(results, key, load, arm), _cell(results, key, load, LIMIT)
-            if mine is None or limit is None:
-                continue
-            base = stock[(key, load)]
-            longest = classes_of([base])[-1]
-            lines.append(
-                f"| {label(key)} | {load:g}x | {_fmt_ratio(ratio(mine, limit, 'ttft_mean'))}"
-                f" | {_fmt_ratio(ratio(mine, limit, 'e2e_mean'))} | {longest} "
-                f"{_fmt_ratio(ratio(mine, base, 'p99', longest))} | "
-                f"{_fmt_ratio(ratio(mine, base, 'output_tps'))} |")
+    for key, load, base, (mine, limit) in cells_of(results, arm, LIMIT):
+        longest = classes_of([base])[-1]
+        lines.append(
+            f"| {label(key)} | {load:g}x | {_fmt_ratio(ratio(mine, limit, 'ttft_mean'))}"
+            f" | {_fmt_ratio(ratio(mine, limit, 'e2e_mean'))} | {longest} "
+            f"{_fmt_ratio(ratio(mine, base, 'p99', longest))} | "
+            f"{_fmt_ratio(ratio(mine, base, 'output_tps'))} |")
     return lines
 
 
