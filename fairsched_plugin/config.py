@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from .policies.registry import POLICIES
+from .predictor.hardware import MODEL_ALIASES, MODEL_CONFIGS, PresetError
+from .predictor.roofline import parse_device
+from .user_files import json_object
 
 # Every section class is re-exported: callers take the whole configuration from here.
-from .predictor.roofline import parse_device
-from .predictor.hardware import MODEL_ALIASES, MODEL_CONFIGS, PresetError
-from .user_files import json_object
 from .settings import (
     ALIGN_MODES,
     AUTO,
@@ -247,9 +247,9 @@ class Schema:
         return "\n".join(f"  {k.path} ({k.env_name}): {k.accepted}" for k in self.keys)
 
     def markdown_table(self) -> str:
-        """The README's configuration table: one row per key with its
-        environment variable, default and accepted values (``scripts/config_table.py`` writes
-        it into the README; a test fails when the two differ)."""
+        """The configuration page's table: one row per key with its environment variable,
+        default and accepted values (``scripts/config_table.py`` writes it into
+        docs/configuration.md; a test fails when the two differ)."""
         defaults = self.root()
         rows = ["| key | environment variable | default | accepted |", "|---|---|---|---|"]
         for key in self.keys:
@@ -354,6 +354,7 @@ class Schema:
 
 SCHEMA = Schema(FairschedConfig)
 KEYS = SCHEMA.keys
+"""The plugin's keys, in the order of ``settings``' fields."""
 
 
 def load_config(additional_config: Mapping[str, Any] | None = None,
