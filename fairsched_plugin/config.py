@@ -51,6 +51,7 @@ from .settings import (
     PREDICTOR_PROVIDERS,
     SERVICE_MODES,
     SETTING,
+    choice_of,
     AFLCBConfig,
     AgingConfig,
     AgingSPFConfig,
@@ -126,9 +127,7 @@ def keys_of(section: type, names: Mapping[str, tuple[str, ...]], prefix: str = "
             raise TypeError(f"{section.__name__}.{f.name}: declare it with settings.setting, "
                             "or give it a section class")
         if path in names:
-            choices = names[path]
-            declared = replace(declared, accepted="one of " + ", ".join(choices),
-                               check=choices.__contains__, choices=choices)
+            declared = replace(declared, **choice_of(names[path]))
         keys.append(Key(path, _value_type(hint), declared))
     return tuple(keys)
 

@@ -62,10 +62,16 @@ def setting(default: Any, accepted: str, check: Callable[[Any], bool] = _any, *,
         accepted, check, normalise, allow_auto, choices, see)})
 
 
+def choice_of(names: tuple[str, ...]) -> dict[str, Any]:
+    """A :class:`Setting`'s ``accepted``, ``check`` and ``choices`` for one of ``names``."""
+    return {"accepted": "one of " + ", ".join(names), "check": names.__contains__,
+            "choices": names}
+
+
 def one_of(default: str, names: tuple[str, ...], see: str = "") -> Any:
     """A string setting that takes one of ``names``, in any case."""
-    return setting(default, "one of " + ", ".join(names), lambda v: v in names,
-                   normalise=str.lower, choices=names, see=see)
+    return field(default=default, metadata={SETTING: Setting(
+        normalise=str.lower, see=see, **choice_of(names))})
 
 
 def finite(value: float) -> bool:

@@ -270,9 +270,12 @@ def trace_case(rows: Sequence[TraceRow], name: str, rate: float | None = None
     return at_rate(case, rate)
 
 
+_RECORDED_FIELDS = tuple(f.name for f in fields(RecordedRequest))
+
+
 def _recorded(row: TraceRow) -> dict[str, Any]:
     """The fields a trace row shares with a case's request."""
-    return {f.name: getattr(row, f.name) for f in fields(RecordedRequest)}
+    return {name: getattr(row, name) for name in _RECORDED_FIELDS}
 
 
 def at_rate(case: Sequence[WorkloadRequest], rate: float) -> list[WorkloadRequest]:
